@@ -1,0 +1,127 @@
+"""Cache merge: the lecture's five-step update procedure (§3.9.4), made order-independent.
+
+1. Collect received entries with their sender and timestamps (``CacheItem`` provenance).
+2. Drop entries — held *and* received — whose staleness exceeds τ_max.
+3./4. Per origin keep only the latest: the highest version wins. The same origin and version
+   with a *different* payload is equivocation: reported, never silently merged.
+5. Sort survivors by recency and keep the first ``C``.
+
+The node's own model is not a cache entry: it is always part of the blend and does not count
+against ``C`` (so ``C`` is exactly the number of *peer* models a node keeps). Entries of our own
+origin relayed back to us are dropped (``own_origin``) but their highest version is reported, so
+a node that lost its state can skip past versions it already published and never reuse one.
+
+Determinism: the result depends only on the *set* of received items, not their order. Among
+items with the same origin and version, the held one wins, then the smallest digest (for
+equivocation), then the earliest arrival and sender id (for identical relayed copies).
+The cost is O(n) grouping plus O(n log C) selection, so 10,000 received entries are cheap.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from peerd.core.entry import CacheItem
+from peerd.core.reasons import Reason
+from peerd.core.staleness import Clock, is_fresh
+
+
+@dataclass(frozen=True, slots=True)
+class Equivocation:
+    """One origin signed two different payloads under one version."""
+
+    origin: str
+    version: int
+    digests: tuple[str, ...]  # sorted, all distinct payload digests seen
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    cache: tuple[CacheItem, ...]  # freshest first, at most `capacity` items
+    accepted: tuple[CacheItem, ...]  # received items that are now in the cache
+    expired: tuple[CacheItem, ...]  # previously held items that aged past τ_max
+    dropped: dict[Reason, int]  # received items not kept, by reason (+ expired held: STALE)
+    equivocations: tuple[Equivocation, ...]
+    own_max_version: int | None  # highest version of our own origin seen relayed back
+
+
+def _preference(item: CacheItem, held_ids: set[int]) -> tuple[bool, str, float, str]:
+    """Sort key among same-origin, same-version items: lowest is kept."""
+    return (id(item) not in held_ids, item.meta.digest, item.received_at, item.received_from or "")
+
+
+def merge(
+    held: Sequence[CacheItem],
+    received: Iterable[CacheItem],
+    *,
+    clock: Clock,
+    tau_max: float,
+    capacity: int,
+    own_origin: str | None = None,
+) -> MergeResult:
+    """Merge ``received`` into ``held``; returns the new cache and an account of every drop."""
+    if capacity < 0:
+        raise ValueError(f"capacity must be >= 0, got {capacity}")
+    dropped: Counter[Reason] = Counter()
+    expired: list[CacheItem] = []
+    own_max: int | None = None
+    held_ids = {id(item) for item in held}
+
+    # Step 2 (age) and own-origin filtering, then step 3 grouping by origin.
+    groups: dict[str, list[CacheItem]] = {}
+    for is_held, items in ((True, held), (False, received)):
+        for item in items:
+            meta = item.meta
+            if own_origin is not None and meta.origin == own_origin:
+                if not is_held:
+                    dropped[Reason.OWN_ORIGIN] += 1
+                own_max = meta.version if own_max is None else max(own_max, meta.version)
+                continue
+            if not is_fresh(clock.staleness(meta), tau_max):
+                dropped[Reason.STALE] += 1
+                if is_held:
+                    expired.append(item)
+                continue
+            groups.setdefault(meta.origin, []).append(item)
+
+    # Step 4: per origin the highest version; ties broken by `_preference`.
+    winners: list[CacheItem] = []
+    conflicts: list[Equivocation] = []
+    for origin, items in groups.items():
+        top = max(item.meta.version for item in items)
+        contenders = [item for item in items if item.meta.version == top]
+        best = min(contenders, key=lambda item: _preference(item, held_ids))
+        winners.append(best)
+        for item in items:
+            if item is best or id(item) in held_ids:
+                continue  # a superseded held entry is replaced, not "dropped"
+            if item.meta.version == top and item.meta.digest != best.meta.digest:
+                dropped[Reason.EQUIVOCATION] += 1
+            else:
+                dropped[Reason.NOT_NEWER] += 1
+        digests = {item.meta.digest for item in contenders}
+        if len(digests) > 1:
+            conflicts.append(Equivocation(origin, top, tuple(sorted(digests))))
+
+    # Step 5: freshest first (origin id breaks ties), keep C. nsmallest is O(n log C).
+    def order(item: CacheItem) -> tuple[float, str]:
+        return (-clock.recency(item.meta), item.meta.origin)
+
+    kept = heapq.nsmallest(capacity, winners, key=order)
+    kept_ids = {id(item) for item in kept}
+    for item in winners:
+        if id(item) not in kept_ids:
+            dropped[Reason.EVICTED] += 1
+    accepted = tuple(item for item in kept if id(item) not in held_ids)
+    conflicts.sort(key=lambda e: (e.origin, e.version))
+    return MergeResult(
+        cache=tuple(kept),
+        accepted=accepted,
+        expired=tuple(expired),
+        dropped=dict(dropped),
+        equivocations=tuple(conflicts),
+        own_max_version=own_max,
+    )

@@ -1,0 +1,53 @@
+"""Drift: the Euclidean distance between two models (lecture §3.10), and the publish rule.
+
+Accumulated in float64: float32 sums over millions of squared gaps lose digits (and 1e20-sized
+values overflow float32), and the ε decision must not flip on rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+
+from peerd.core.entry import Schema
+
+#: Elements converted to float64 at a time: bounds the temporary to 8 MiB whatever the model size.
+DRIFT_CHUNK = 1 << 20
+
+
+def flat_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a − b‖₂ of two equally shaped tensors, summed in float64 chunk by chunk."""
+    if a.shape != b.shape:
+        raise ValueError(f"cannot compare shapes {list(a.shape)} and {list(b.shape)}")
+    fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
+    total = 0.0
+    for start in range(0, fa.numel(), DRIFT_CHUNK):
+        d = fa[start : start + DRIFT_CHUNK].double() - fb[start : start + DRIFT_CHUNK].double()
+        total += float(torch.dot(d, d))
+    return math.sqrt(total)
+
+
+def drift(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
+    """Distance over all floating parameters of two models with the same schema."""
+    schema = Schema.of(a)
+    if Schema.of(b).id != schema.id:
+        raise ValueError("drift is undefined between models of different schemas")
+    total = 0.0
+    for spec in schema.float_specs:
+        total += flat_distance(a[spec.name], b[spec.name]) ** 2
+    return math.sqrt(total)
+
+
+def should_publish(drift_since_last: float, epsilon: float) -> bool:
+    """Publish a new entry only if the model moved more than ε since the last published one.
+
+    ε = 0 means always publish (even with zero drift): "a device whose weights barely moved
+    stays silent" applies only when the operator asks for it.
+    """
+    if not math.isfinite(epsilon) or epsilon < 0:
+        raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
+    if math.isnan(drift_since_last):
+        raise ValueError("drift is NaN")
+    return epsilon == 0 or drift_since_last > epsilon

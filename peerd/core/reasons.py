@@ -1,0 +1,44 @@
+"""Named reasons an entry is refused or dropped, shared by every layer for the audit log.
+
+Pure Python on purpose: ``peerd.protocol`` imports this module and must not pull in torch.
+The string values are stable: they appear in ``peerd status --json`` under ``rejected``
+and in the audit log, so renaming one is a breaking change.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    # --- validation (peerd.core.validate): the entry itself is unacceptable -------------
+    SCHEMA_MISMATCH = "schema_mismatch"  # schema id differs from the local model's
+    DTYPE_MISMATCH = "dtype_mismatch"  # a tensor's dtype differs from the local schema
+    SHAPE_MISMATCH = "shape_mismatch"  # a tensor's shape (or the tensor set) differs
+    NON_FINITE = "non_finite"  # NaN or +-Inf anywhere in the parameters
+    NORM_TOO_LARGE = "norm_too_large"  # float64 L2 norm above the configured bound
+    EXAMPLES_NONPOSITIVE = "examples_nonpositive"  # num_examples <= 0
+    EXAMPLES_OVER_CAP = "examples_over_cap"  # num_examples above the configured cap
+    FUTURE_TIMESTAMP = "future_timestamp"  # created_at beyond now + allowed clock skew
+    # --- cache merge (peerd.core.cache): valid, but not kept --------------------------
+    STALE = "stale"  # staleness above tau_max
+    NOT_NEWER = "not_newer"  # not newer than what is held: dropped, counted, not an error
+    EQUIVOCATION = "equivocation"  # same origin+version, different payload
+    EVICTED = "evicted"  # pushed out by capacity C (fresher entries won)
+    OWN_ORIGIN = "own_origin"  # a peer relayed our own entry back to us
+    # --- protocol / membership (peerd.protocol): the envelope is unacceptable ---------
+    MALFORMED = "malformed"  # frame or message does not parse
+    BAD_SIGNATURE = "bad_signature"  # Ed25519 signature does not verify
+    PAYLOAD_MISMATCH = "payload_mismatch"  # payload length/hash differs from the signed body
+    NOT_MEMBER = "not_member"  # origin not in the fleet manifest
+    REVOKED = "revoked"  # origin revoked in the manifest
+    EXPIRED = "expired"  # origin's membership past not_after
+    WRONG_FLEET = "wrong_fleet"  # signed for another fleet
+    TOO_LARGE = "too_large"  # exceeds a size limit before allocation
+
+
+#: Reasons that mean "the entry was fine but we keep something better"; they are counted
+#: separately from rejections so an operator does not mistake normal gossip for an attack.
+BENIGN: frozenset[Reason] = frozenset(
+    {Reason.STALE, Reason.NOT_NEWER, Reason.EVICTED, Reason.OWN_ORIGIN}
+)

@@ -1,0 +1,44 @@
+"""Drift (§3.10) in float64 and the ε publish rule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from peerd.core.drift import drift, flat_distance, should_publish
+
+
+def test_seed_drift_0_8_1_1_vs_3_3_is_2_91() -> None:
+    d = drift({"w": torch.tensor([0.8, 1.1])}, {"w": torch.tensor([3.0, 3.0])})
+    assert round(d, 2) == 2.91
+    assert d == pytest.approx(math.sqrt(2.2**2 + 1.9**2), rel=1e-6)
+
+
+def test_drift_spans_all_floating_tensors() -> None:
+    a = {"w": torch.tensor([0.0, 0.0]), "b": torch.tensor([0.0])}
+    b = {"w": torch.tensor([3.0, 0.0]), "b": torch.tensor([4.0])}
+    assert drift(a, b) == pytest.approx(5.0)
+
+
+def test_float32_values_whose_squares_overflow_float32_still_give_a_finite_distance() -> None:
+    a = torch.full((1000,), 1e20, dtype=torch.float32)
+    b = torch.zeros(1000)
+    d = flat_distance(a, b)
+    assert math.isfinite(d)
+    assert d == pytest.approx(1e20 * math.sqrt(1000), rel=1e-6)
+
+
+def test_drift_between_different_architectures_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        drift({"w": torch.zeros(100)}, {"w": torch.zeros(120)})
+
+
+def test_epsilon_zero_always_publishes_and_positive_epsilon_needs_movement() -> None:
+    assert should_publish(0.0, 0.0)
+    assert not should_publish(0.05, 0.1)
+    assert not should_publish(0.1, 0.1)
+    assert should_publish(0.11, 0.1)
+    with pytest.raises(ValueError):
+        should_publish(1.0, -1.0)
