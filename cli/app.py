@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from peerd.cli import demo
+from peerd.cli import demo, fleet, keygen
+from peerd.cli import init as init_cmd
+from peerd.cli import peers as peers_cmd
+from peerd.cli import run as run_cmd
+from peerd.cli import sim as sim_cmd
+from peerd.cli import status as status_cmd
 
 app = typer.Typer(
     name="peerd",
@@ -15,6 +20,13 @@ app = typer.Typer(
 )
 
 app.command("demo")(demo.demo)
+app.command("keygen")(keygen.keygen)
+app.add_typer(fleet.app, name="fleet")
+app.command("sim")(sim_cmd.sim)
+app.command("init")(init_cmd.init)
+app.command("run")(run_cmd.run)
+app.command("status")(status_cmd.status)
+app.command("peers")(peers_cmd.peers)
 
 
 def main() -> None:

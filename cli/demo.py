@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import statistics
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from peerd.inproc import MeshConfig, RoundReport, run_mesh
+if TYPE_CHECKING:
+    from peerd.inproc import RoundReport
+
 
 
 def _table(report: RoundReport, total: int) -> Table:
@@ -47,6 +50,8 @@ def demo(
     Each node sees only 3 of the 10 digit classes. Nodes train, meet random peers, swap
     verified cache entries and blend; the 'isolated' column trains the same nodes alone.
     """
+    from peerd.inproc import MeshConfig, run_mesh  # torch: imported only when needed
+
     if task != "digits":
         raise typer.BadParameter("the in-process demo supports digits only", param_hint="--task")
     cfg = MeshConfig(nodes=nodes, rounds=rounds, capacity=capacity, tau_max=tau_max, seed=seed)

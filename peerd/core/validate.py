@@ -17,21 +17,13 @@ from dataclasses import dataclass
 import torch
 
 from peerd.core.entry import Entry, Schema, dtype_name, payload_digest
+from peerd.core.limits import ValidationLimits
 from peerd.core.reasons import Reason
+
+__all__ = ["Rejection", "RejectionAudit", "ValidationLimits", "validate_entry"]
 
 #: Elements checked per chunk: bounds float64 temporaries to 8 MiB for any model size.
 _CHUNK = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class ValidationLimits:
-    #: Bound on the float64 L2 norm of all floating parameters. Large enough for real models
-    #: (an 11M-parameter net at ~0.05 per weight is ~170), small enough to stop 1e20 poison.
-    max_norm: float = 1e4
-    #: num_examples sets the α of `examples` policies: cap it so one claim cannot dominate.
-    max_examples: int = 10_000_000
-    #: How far in the future created_at may be (seconds): tolerates NTP-less clock skew.
-    max_future_skew_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,74 @@
+"""Shared helpers for benchmarks: machine facts and a sectioned docs/benchmarks.md.
+
+Each benchmark owns one section between ``<!-- bench:NAME -->`` markers, so running one
+benchmark rewrites only its own numbers and keeps the others'.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+HEADER = """# Benchmarks
+
+Every number below comes from running the command in its section on the machine it names.
+Speed targets are judged as ratios against a baseline measured in the same run (same process,
+interleaved repetitions, median), so machine load affects both sides alike.
+"""
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return (
+        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"{datetime.now(UTC):%Y-%m-%d}"
+    )
+
+
+def median_time(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1) -> dict[str, float]:
+    """Median seconds per call for each fn, alternating between them every repetition."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def write_section(name: str, markdown: str, doc: Path = DOC) -> None:
+    text = doc.read_text() if doc.exists() else HEADER
+    block = f"<!-- bench:{name} -->\n{markdown.rstrip()}\n<!-- /bench:{name} -->"
+    pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)

@@ -1,0 +1,186 @@
+"""`peerd init --fleet DIR`: write a working, commented config for a member of that fleet.
+
+Reads the fleet directory made by ``peerd fleet init`` (``fleet.json`` for the fleet id and
+admin public key, ``manifest.peerd`` for the signed member list), verifies the manifest
+against that admin key, and writes a config in which every other setting is shown with its
+default, commented out. With ``--out FILE`` the manifest is copied next to the config and
+referenced by a relative path (relative paths are resolved against the config's folder), so
+the pair can be installed together, e.g. into ``/etc/peerd/``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from peerd.config import (
+    DEFAULT_LISTEN_PORT,
+    DEFAULT_SOCKET,
+    DEFAULT_STATE_DIR,
+    ConfigError,
+    loads_config,
+)
+from peerd.protocol.errors import ProtocolError
+from peerd.protocol.keyfile import atomic_write
+from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
+from peerd.protocol.manifest import MAX_MANIFEST_FILE_LEN, decode_manifest_file, verify_manifest
+
+# The fleet directory's file names, as `peerd fleet init` (cli/fleet.py) writes them.
+FLEET_FILE = "fleet.json"
+MANIFEST_FILE = "manifest.peerd"
+#: Largest fleet.json read: it holds two hex strings; anything big is not ours.
+MAX_FLEET_FILE_LEN = 64 * 1024
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def render_config(*, admin_public_key: str, fleet_id: str, manifest: str | None,
+                  state_dir: str = str(DEFAULT_STATE_DIR),
+                  socket: str = str(DEFAULT_SOCKET)) -> str:
+    """The commented config text (also the source of ``systemd/peerd.toml.example``)."""
+    manifest_line = (f"manifest = {_toml_str(manifest)}" if manifest is not None else
+                     '# manifest = "manifest.peerd"   # none: learn it from peers')
+    return f"""\
+# peerd configuration (TOML). Reference: docs/operations.md.
+# Only [fleet] is required; every commented-out line shows the default.
+# Relative paths are relative to this file's folder.
+
+[fleet]
+# The fleet admin's Ed25519 public key and the fleet id, both hex (from fleet.json).
+admin_public_key = {_toml_str(admin_public_key)}
+fleet_id = {_toml_str(fleet_id)}
+# The signed member list; newer ones (higher seq) are pulled from peers and kept in state.
+{manifest_line}
+
+[node]
+# Identity key, cache entries, counters, audit log. Created 0700.
+state_dir = {_toml_str(state_dir)}
+# Control socket for `peerd status`; give each daemon on one machine its own.
+socket = {_toml_str(socket)}
+# socket_group = "peerd"       # socket 0660 to this group instead of 0600
+# torch_threads = 1            # training threads: leave cores to the device's real work
+# log_level = "info"           # debug | info | warning | error
+
+[network]
+# listen_host = "0.0.0.0"
+# listen_port = {DEFAULT_LISTEN_PORT}           # 0 = any free port (announced over mDNS)
+# mdns = true
+# mdns_interfaces = []         # e.g. ["eth0"]; empty = all
+# static_peers = []            # ["/ip4/10.0.0.2/tcp/{DEFAULT_LISTEN_PORT}/p2p/12D3KooW..."]
+# metrics_listen = "127.0.0.1:9464"   # Prometheus endpoint; off unless set
+
+[learning]
+# tau_max = 600.0              # staleness cutoff: seconds (or rounds, see staleness)
+# staleness = "time"           # time | rounds
+# capacity = 10                # C: peer entries kept in the cache
+# rho = 0.01                   # proximal weight towards the blended model
+# local_steps = 10             # K: SGD steps per round
+# batch_size = 32
+# lr = 0.05
+# alpha = "uniform"            # uniform | examples | examples-capped:N | staleness:poly:A ...
+# epsilon = 0.0                # publish only when the model moved more than this
+# round_interval_s = 10.0
+
+[validation]
+# max_norm = 1e4               # reject entries whose parameter L2 norm is larger
+# max_examples = 10000000      # cap on an entry's claimed example count
+# max_future_skew_s = 300.0    # tolerated clock skew for created_at in the future
+
+[task]
+# name = "digits"              # digits | mnist | fashion-mnist | csv | package.module:attr
+# partition = "dirichlet:0.5"  # demo tasks: iid | shards | dirichlet:PI
+# node_index = 0               # demo tasks: this node's slice ...
+# node_count = 1               # ... of this many
+# seed = 0
+# csv_glob = "/srv/data/*.csv" # required for name = "csv"; re-read every round
+# csv_label = "label"
+# csv_features = []            # empty = every column but the label
+# csv_kind = "classification"  # classification | regression
+"""
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _read_fleet(directory: Path) -> tuple[str, str]:
+    path = directory / FLEET_FILE
+    try:
+        with path.open("rb") as fh:
+            data = json.loads(fh.read(MAX_FLEET_FILE_LEN + 1))
+        fleet_id, admin = str(data["fleet_id"]), str(data["admin_public_key"])
+        ok = (len(bytes.fromhex(fleet_id)) == FLEET_ID_LEN
+              and len(bytes.fromhex(admin)) == PUBLIC_KEY_LEN)
+    except FileNotFoundError:
+        raise _fail(f"no {FLEET_FILE} in {directory}: is it a fleet directory "
+                    "(`peerd fleet init DIR`)?") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _fail(f"cannot read {path}: {exc}") from None
+    if not ok:
+        raise _fail(f"{path}: fleet_id or admin_public_key has the wrong length")
+    return fleet_id.lower(), admin.lower()
+
+
+def _check_manifest(path: Path, admin: str, fleet_id: str) -> int:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_MANIFEST_FILE_LEN + 1)
+        manifest = verify_manifest(decode_manifest_file(data), bytes.fromhex(admin),
+                                   bytes.fromhex(fleet_id))
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror}") from None
+    except ProtocolError as exc:
+        raise _fail(f"manifest {path} does not verify against {FLEET_FILE} "
+                    f"({exc.code}): {exc.message}") from None
+    return manifest.seq
+
+
+def init(
+    fleet: Annotated[Path, typer.Option("--fleet", help="Fleet directory (`peerd fleet init`).")],
+    state_dir: Annotated[Path, typer.Option("--state-dir", help="Node state directory.")] = (
+        DEFAULT_STATE_DIR),
+    socket: Annotated[Path, typer.Option("--socket", help="Control socket path.")] = (
+        DEFAULT_SOCKET),
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write here (manifest copied alongside); default: print.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out.")] = False,
+) -> None:
+    """Write a commented config for a node of FLEET (admin key and manifest filled in)."""
+    fleet_id, admin = _read_fleet(fleet)
+    source_manifest = fleet / MANIFEST_FILE
+    seq = _check_manifest(source_manifest, admin, fleet_id)
+    manifest = str(source_manifest.resolve()) if out is None else MANIFEST_FILE
+    text = render_config(admin_public_key=admin, fleet_id=fleet_id, manifest=manifest,
+                         state_dir=str(state_dir), socket=str(socket))
+    try:
+        loads_config(tomllib.loads(text))  # never hand out a config the daemon would refuse
+    except ConfigError as exc:
+        raise _fail(f"the generated config is invalid: {exc}") from None
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    if out.exists() and not force:
+        raise _fail(f"{out} exists; use --force to overwrite it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    target_manifest = out.parent / MANIFEST_FILE
+    try:
+        if target_manifest.resolve() != source_manifest.resolve():
+            # Public data (the member list is signed, not secret): 0644 like the fleet's copy.
+            tmp = target_manifest.with_name(f".{MANIFEST_FILE}.init")
+            shutil.copyfile(source_manifest, tmp)
+            tmp.chmod(0o644)
+            tmp.replace(target_manifest)
+        # The config holds no secret (public key, paths): world-readable like /etc files.
+        atomic_write(out, text.encode(), mode=0o644, overwrite=True)
+    except OSError as exc:
+        raise _fail(f"cannot write {out}: {exc.strerror}") from None
+    typer.echo(f"wrote {out} and {target_manifest} (manifest seq {seq}); "
+               f"start with: peerd run --config {out}")

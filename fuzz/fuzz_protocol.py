@@ -1,0 +1,111 @@
+"""atheris (libFuzzer) harness over frame -> decode -> verify -> admit. Not run in CI.
+
+Run (the PyPI wheels of atheris bundle libFuzzer; nothing else to install):
+
+    .venv/bin/pip install 'atheris>=2.3,<3'
+    mkdir -p /tmp/peerd-corpus
+    .venv/bin/python fuzz/fuzz_protocol.py --seed-corpus /tmp/peerd-corpus   # valid frames
+    .venv/bin/python fuzz/fuzz_protocol.py /tmp/peerd-corpus -max_len=4096 -timeout=5
+
+The invariant checked: for any input, split into the chunk size its first byte chooses,
+the pipeline yields messages or raises ProtocolError, never anything else (any other
+exception is a crash libFuzzer reports together with the input that caused it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+NOW = 1_700_000_000.0
+
+
+def build() -> tuple[Callable[[bytes], None], list[bytes]]:
+    """Import the protocol (inside atheris' instrumentation when fuzzing) and set up a fleet."""
+    import numpy as np
+
+    from peerd.protocol.admission import admit_entry, entry_frame_limit
+    from peerd.protocol.entry import sign_entry
+    from peerd.protocol.errors import ProtocolError
+    from peerd.protocol.frames import FrameDecoder
+    from peerd.protocol.identity import node_id_of, private_key_from_seed, public_key_bytes
+    from peerd.protocol.ledger import OriginLedger
+    from peerd.protocol.manifest import Manifest
+    from peerd.protocol.messages import (
+        Digest,
+        DigestItem,
+        Entry,
+        Error,
+        Hello,
+        ManifestMessage,
+        Want,
+        decode_frame,
+    )
+
+    fleet = bytes(range(16))
+    key = private_key_from_seed(hashlib.sha256(b"fuzz-origin").digest())
+    admin = private_key_from_seed(hashlib.sha256(b"fuzz-admin").digest())
+    manifest = Manifest(fleet, 1).admit(public_key_bytes(key), None)
+    schema = {"n": ("int64", (1,)), "w": ("float32", (8,))}
+    limit = entry_frame_limit(schema)
+
+    def pipeline(data: bytes) -> None:
+        # The first byte picks a chunk size so the fuzzer explores split points too.
+        chunk = (data[0] % 17) + 1 if data else 1
+        dec = FrameDecoder(limit)
+        try:
+            for i in range(1, len(data), chunk):
+                for frame in dec.feed(data[i : i + chunk]):
+                    msg = decode_frame(frame)
+                    if isinstance(msg, Entry):
+                        admit_entry(
+                            msg,
+                            fleet_id=fleet,
+                            manifest=manifest,
+                            ledger=OriginLedger(),
+                            schema=schema,
+                            now=NOW,
+                        )
+            dec.close()
+        except ProtocolError:
+            pass
+
+    signed = sign_entry(
+        key,
+        fleet,
+        version=1,
+        created_at=NOW,
+        schema_id="00" * 32,
+        num_examples=3,
+        tensors={"w": np.arange(8, dtype=np.float32), "n": np.array([3], dtype=np.int64)},
+    )
+    me = node_id_of(key)
+    seeds = [
+        signed.to_message().to_wire(),
+        Hello(fleet, me, 1, ("relay",)).to_wire(),
+        Digest((DigestItem(me, 1, NOW, b"\x00" * 32),)).to_wire(),
+        Want(((me, 1),)).to_wire(),
+        Error("malformed", "x").to_wire(),
+        ManifestMessage(manifest.sign(admin)).to_wire(),
+    ]
+    return pipeline, [b"\x00" + s for s in seeds]  # chunk byte 0: one byte at a time
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--seed-corpus":
+        for i, seed in enumerate(build()[1]):
+            (Path(sys.argv[2]) / f"seed-{i}").write_bytes(seed)
+        return
+    atheris: Any = importlib.import_module("atheris")  # optional: only this command needs it
+    with atheris.instrument_imports(include=["peerd", "msgpack"]):
+        pipeline, _ = build()
+    atheris.Setup(sys.argv, pipeline)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,342 @@
+"""The local control API: a Unix socket on which ``peerd status`` / ``peerd peers`` ask the daemon.
+
+Protocol (API version 1): the client connects, sends one JSON object on one line
+``{"api": 1, "method": "status"}`` and reads one JSON line back, then the server closes:
+
+* ``{"api": 1, "ok": true, "result": {...}}`` -- ``status`` returns the full status dict
+  (shape in :data:`STATUS_SHAPE`), ``peers`` returns ``{"peers": [...]}``;
+* ``{"api": 1, "ok": false, "error": {"code": "...", "message": "..."}}`` for a bad request,
+  an API version the server does not speak, an unknown method or a provider failure.
+
+Access control is the socket file's mode: 0600 (the daemon's user only) or 0660 with a group
+(``[node] socket_group``). The file is bound inside a private 0700 directory, chmod-ed and
+only then renamed into place, so it is never reachable with wider permissions, even briefly.
+The server runs on trio (the daemon's event loop, because py-libp2p is trio-based); the client
+is synchronous stdlib code so the CLI stays light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import grp
+import json
+import logging
+import os
+import shutil
+import socket
+import stat
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import trio
+
+log = logging.getLogger(__name__)
+
+API_VERSION = 1
+METHODS = ("status", "peers")
+#: Largest request: a request is ~40 bytes; a local process must not make us buffer more.
+MAX_REQUEST_LEN = 4096
+#: Bytes of an oversized request read and dropped so the client still sees the error.
+MAX_DRAIN_LEN = 16 * MAX_REQUEST_LEN
+#: Largest response the client reads: status with C cache entries and a few hundred peers is
+#: tens of KB; a confused server (or another program on the path) must not exhaust the CLI.
+MAX_RESPONSE_LEN = 16 * 1024**2
+#: How long one connection may take on the server side: a client that connects and sends
+#: nothing must not hold a handler (and a file descriptor) forever.
+SERVER_TIMEOUT_S = 5.0
+#: Connections served at once: a local process opening sockets in a loop gets queued here
+#: instead of making the daemon build status dicts without bound.
+MAX_CONCURRENT_CLIENTS = 8
+#: Default client timeout: the daemon answers from memory, so seconds mean it is stuck.
+DEFAULT_TIMEOUT_S = 5.0
+#: AF_UNIX sun_path holds 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH_LEN = 107
+
+#: The status dict's required keys (extra keys are allowed anywhere).
+STATUS_SHAPE: dict[str, tuple[str, ...]] = {
+    "node": ("id", "fleet", "round", "version", "examples", "train_loss", "val_accuracy"),
+    "config": ("tau_max", "capacity", "rho", "local_steps", "alpha"),
+    "cache": ("origin", "version", "created_at", "age_s", "staleness", "examples", "alpha",
+              "drift", "received_from", "received_at", "verified"),
+    "peers": ("id", "addrs", "connected", "last_seen", "bytes_in", "bytes_out"),
+    "rejected": (),
+}
+
+#: What the daemon hands the server: a callable returning the current status dict. It runs
+#: in the trio thread, so it must be quick and must not block (read in-memory state only).
+StatusProvider = Callable[[], Mapping[str, Any]]
+
+
+class ControlError(Exception):
+    """A control request failed; ``code`` is machine-readable, the message is for humans."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def status_shape_errors(status: Mapping[str, Any]) -> list[str]:
+    """Missing or mistyped keys of a status dict (empty list: the shape is right)."""
+    problems: list[str] = []
+    for section, keys in STATUS_SHAPE.items():
+        value = status.get(section)
+        is_list = section in ("cache", "peers")
+        if not isinstance(value, list if is_list else dict):
+            problems.append(f"{section}: expected a {'list' if is_list else 'dict'}")
+            continue
+        rows = value if is_list else [value]
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                problems.append(f"{section}[{i}]: expected a dict")
+                continue
+            where = f"{section}[{i}]" if is_list else section
+            problems += [f"{where}.{k}: missing" for k in keys if k not in row]
+    return problems
+
+
+# ---------------------------------------------------------------------------- server
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"api": API_VERSION, "ok": False, "error": {"code": code, "message": message}}
+
+
+def dispatch(raw: bytes, provider: StatusProvider) -> dict[str, Any]:
+    """The response to one raw request line (pure, so it is tested without sockets)."""
+    try:
+        request = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return _error("bad_request", "request is not JSON")
+    if not isinstance(request, dict):
+        return _error("bad_request", "request must be a JSON object")
+    api = request.get("api")
+    if api != API_VERSION or isinstance(api, bool):
+        return _error("unsupported_api",
+                      f"this daemon speaks control API {API_VERSION}, the client sent {api!r}; "
+                      "use the peerd CLI of the same release")
+    method = request.get("method")
+    if method not in METHODS:
+        return _error("unknown_method",
+                      f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    try:
+        status = dict(provider())
+        result = status if method == "status" else {"peers": status.get("peers", [])}
+        json.dumps(result)  # fail here, as an error response, not half-way through sending
+    except Exception as exc:
+        log.exception("control: status provider failed")
+        return _error("internal", f"the daemon could not build its status: {type(exc).__name__}")
+    return {"api": API_VERSION, "ok": True, "result": result}
+
+
+async def _read_line(stream: trio.SocketStream) -> bytes | None:
+    buf = bytearray()
+    while b"\n" not in buf:
+        chunk = await stream.receive_some(MAX_REQUEST_LEN + 1 - len(buf))
+        if not chunk:
+            break  # EOF without newline: take what came (a client may shut down its side)
+        buf += chunk
+        if len(buf) > MAX_REQUEST_LEN:
+            return None
+    return bytes(buf.split(b"\n", 1)[0])
+
+
+async def _drain(stream: trio.SocketStream) -> None:
+    # Closing a Unix socket with unread input resets the connection and the client loses
+    # our error response; read (and drop) a bounded amount so it gets to read it.
+    left = MAX_DRAIN_LEN
+    while left > 0 and (chunk := await stream.receive_some(min(left, 65536))):
+        left -= len(chunk)
+
+
+async def _handle(stream: trio.SocketStream, provider: StatusProvider,
+                  limiter: trio.CapacityLimiter) -> None:
+    # The deadline covers the wait for a free slot too, so queued connections cannot pile
+    # up (each holds a file descriptor) behind slow ones.
+    async with stream:
+        with trio.move_on_after(SERVER_TIMEOUT_S) as scope:
+            try:
+                async with limiter:
+                    line = await _read_line(stream)
+                    response = (_error("too_large", f"request over {MAX_REQUEST_LEN} bytes")
+                                if line is None else dispatch(line, provider))
+                    await stream.send_all(json.dumps(response).encode() + b"\n")
+                    if line is None:
+                        await _drain(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                log.debug("control client went away: %s", exc)
+            except Exception:
+                # An exception escaping a handler would cancel serve_listeners and with it
+                # the daemon's nursery: one bad local client must never stop the node.
+                log.exception("control: unexpected error serving a client")
+        if scope.cancelled_caught:
+            log.debug("control client timed out after %ss", SERVER_TIMEOUT_S)
+
+
+def _check_stale(path: Path) -> None:
+    """Remove a stale socket left by a crash; refuse if a live daemon or a non-socket is there."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ControlError("path_in_use", f"{path} exists and is not a socket; not replacing it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        log.info("removing stale control socket %s (left by a crash)", path)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    except OSError:
+        pass  # e.g. permission denied: somebody else's live socket, fall through
+    finally:
+        probe.close()
+    raise ControlError("in_use", f"another daemon is already listening on {path}; "
+                                 "give each daemon its own [node] socket")
+
+
+async def open_control_listener(path: Path, *, group: str | None = None) -> trio.SocketListener:
+    """Bind the control socket at ``path`` (0600, or 0660 to ``group``) and listen."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH_LEN:
+        raise ControlError("bad_path", f"socket path {path} is longer than "
+                                       f"{MAX_SOCKET_PATH_LEN} bytes")
+    gid = None
+    if group is not None:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise ControlError("bad_group", f"socket_group {group!r} does not exist") from None
+    # Parent missing (no systemd RuntimeDirectory, e.g. by hand): make it private, or
+    # group-traversable when a group is meant to reach the socket.
+    path.parent.mkdir(mode=0o750 if group else 0o700, parents=True, exist_ok=True)
+    _check_stale(path)
+    private = Path(tempfile.mkdtemp(prefix=".ctl-", dir=path.parent))  # mode 0700
+    tmp = private / "s"
+    if len(os.fsencode(tmp)) > MAX_SOCKET_PATH_LEN:
+        shutil.rmtree(private, ignore_errors=True)
+        raise ControlError("bad_path", f"socket directory {path.parent} is too deep for a "
+                                       "Unix socket; choose a shorter [node] socket path")
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        await sock.bind(str(tmp))
+        # Nobody but us can reach it inside the 0700 directory, so fixing the mode now is safe.
+        os.chmod(tmp, 0o660 if gid is not None else 0o600)
+        if gid is not None:
+            os.chown(tmp, -1, gid)
+        sock.listen(MAX_CONCURRENT_CLIENTS)
+        os.replace(tmp, path)
+    except OSError as exc:
+        sock.close()
+        raise ControlError("bind_failed", f"cannot create control socket {path}: "
+                                          f"{exc.strerror}") from exc
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    return trio.SocketListener(sock)
+
+
+class ControlServer:
+    """A bound control socket; :meth:`serve` answers requests until cancelled.
+
+    Binding is separate from serving so that start-up fails early and clearly (socket in
+    use, bad group) and the daemon sends READY=1 only once the socket accepts connections::
+
+        server = await ControlServer.open(path, provider)
+        nursery.start_soon(server.serve)
+    """
+
+    def __init__(self, path: Path, listener: trio.SocketListener,
+                 provider: StatusProvider) -> None:
+        self.path = path
+        self._listener = listener
+        self._provider = provider
+        self._ino = path.stat().st_ino
+        self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_CLIENTS)
+
+    @classmethod
+    async def open(cls, path: Path, provider: StatusProvider, *,
+                   group: str | None = None) -> ControlServer:
+        return cls(path, await open_control_listener(path, group=group), provider)
+
+    async def _handler(self, stream: trio.SocketStream) -> None:
+        await _handle(stream, self._provider, self._limiter)
+
+    async def serve(self) -> None:
+        """Serve until cancelled, then remove the socket file (if it is still ours)."""
+        try:
+            await trio.serve_listeners(self._handler, [self._listener])
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        # A second daemon may have replaced the file: only unlink the inode we bound.
+        with contextlib.suppress(OSError):
+            if self.path.stat().st_ino == self._ino:
+                self.path.unlink()
+        await self._listener.aclose()
+
+
+# ---------------------------------------------------------------------------- client
+
+
+def request(socket_path: Path, method: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """Ask the daemon; the ``result`` dict, or :class:`ControlError` with a clear message."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(str(socket_path))
+        except FileNotFoundError:
+            raise ControlError("not_running",
+                               f"peerd is not running? no socket at {socket_path}") from None
+        except ConnectionRefusedError:
+            raise ControlError("not_running", f"peerd is not running? {socket_path} exists but "
+                               "nobody listens (stale socket from a crash)") from None
+        except PermissionError:
+            raise ControlError("permission_denied",
+                               f"permission denied on {socket_path}: run as the daemon's user "
+                               "or root, or join the socket's group ([node] socket_group)"
+                               ) from None
+        data = bytearray()
+        sock.sendall(json.dumps({"api": API_VERSION, "method": method}).encode() + b"\n")
+        while len(data) <= MAX_RESPONSE_LEN:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        raise ControlError("timeout", f"no answer from peerd at {socket_path} within "
+                                      f"{timeout:g} s; is the daemon stuck?") from None
+    except OSError as exc:
+        if isinstance(exc, ControlError):
+            raise
+        code = "not_running" if exc.errno in (errno.ECONNRESET, errno.EPIPE) else "io_error"
+        raise ControlError(code, f"talking to peerd at {socket_path}: {exc.strerror}") from None
+    finally:
+        sock.close()
+    if len(data) > MAX_RESPONSE_LEN:
+        raise ControlError("bad_response", f"response from {socket_path} is over "
+                                           f"{MAX_RESPONSE_LEN} bytes")
+    if not data:
+        raise ControlError("bad_response", f"peerd at {socket_path} closed the connection "
+                                           "without answering; see its log")
+    try:
+        response = json.loads(bytes(data))
+    except (ValueError, UnicodeDecodeError):
+        raise ControlError("bad_response", f"{socket_path} did not answer with JSON; "
+                                           "is it a peerd control socket?") from None
+    if not isinstance(response, dict) or not isinstance(response.get("ok"), bool):
+        raise ControlError("bad_response", f"malformed response from {socket_path}")
+    if not response["ok"]:
+        err = response.get("error")
+        err = err if isinstance(err, dict) else {}
+        raise ControlError(str(err.get("code", "error")), str(err.get("message", "daemon error")))
+    result = response.get("result")
+    if not isinstance(result, dict):
+        raise ControlError("bad_response", f"response from {socket_path} has no result object")
+    return result

@@ -1,0 +1,367 @@
+"""mDNS/DNS-SD discovery of fleet peers on the LAN (python-zeroconf), bridged into trio.
+
+We advertise ``<node id>._peerd._tcp.local.`` with TXT records ``id`` (libp2p peer id),
+``fleet``, ``pv`` (protocol version) and ``port`` and browse for the same type. Records of
+other fleets and our own are ignored; the rest are reported as :class:`PeerHint` to a
+callback running in the trio thread.
+
+Discovery is only a hint: anyone on the LAN can publish any TXT record. The transport's
+Noise handshake proves the node id, the fleet manifest proves membership. Records from the
+network are therefore parsed as hostile input: anything malformed is dropped and counted
+in :attr:`Discovery.rejected`, never raised.
+
+zeroconf runs its own asyncio loop in a thread; its browser callbacks run in yet another
+thread, and hop into trio with ``trio.from_thread.run_sync(..., trio_token=...)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+import ifaddr
+import trio
+from zeroconf import (
+    EventLoopBlocked,
+    InterfaceChoice,
+    IPVersion,
+    NonUniqueNameException,
+    ServiceBrowser,
+    ServiceInfo,
+    ServiceStateChange,
+    Zeroconf,
+)
+
+logger = logging.getLogger(__name__)
+
+SERVICE_TYPE = "_peerd._tcp.local."
+
+_T = TypeVar("_T")
+
+#: Longest node id accepted (a libp2p Ed25519 peer id is 52 characters; same bound as
+#: the protocol's MAX_NODE_ID_LEN).
+MAX_NODE_ID_LEN = 64
+#: Longest fleet id accepted from the network (ours is the hex of a 16-byte id).
+MAX_FLEET_ID_LEN = 64
+#: Protocol versions are small integers; a long digit string is an attack on int().
+MAX_VERSION_DIGITS = 6
+#: Addresses taken from one record: a hostile record listing hundreds would make us dial
+#: hundreds of addresses for one hint.
+MAX_ADDRESSES_PER_PEER = 8
+#: Service names tracked at once; a LAN flooding names cannot grow our memory unbounded.
+MAX_TRACKED_SERVICES = 1024
+#: Resolving one service (SRV/TXT/A) in zeroconf's browser thread; a record that never
+#: resolves must not stall the handling of the others for long.
+RESOLVE_TIMEOUT_MS = 3000
+#: Goodbye packets and closing sockets at shutdown; a wedged zeroconf thread is abandoned.
+STOP_TIMEOUT_S = 5.0
+
+_B58_CHARS = frozenset("123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz")
+_FLEET_CHARS = frozenset(string.ascii_letters + string.digits + "-_.:")
+_REQUIRED = (b"id", b"fleet", b"pv", b"port")
+
+
+class DiscoveryError(Exception):
+    """Discovery could not start (bad interface, sockets unavailable)."""
+
+
+class MalformedRecordError(ValueError):
+    """A TXT record from the network failed validation; ``reason`` is a counter key."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class TxtFields:
+    node_id: str
+    fleet_id: str
+    protocol_version: int
+    port: int
+
+
+@dataclass(frozen=True)
+class PeerHint:
+    """A peer seen on the LAN (unauthenticated until the transport handshake)."""
+
+    node_id: str
+    fleet_id: str
+    protocol_version: int
+    addresses: tuple[str, ...]
+    port: int
+
+    @property
+    def multiaddrs(self) -> list[str]:
+        return [
+            f"/{'ip6' if ':' in a else 'ip4'}/{a}/tcp/{self.port}" for a in self.addresses
+        ]
+
+
+def _text(props: Mapping[bytes, bytes | None], key: bytes, max_len: int) -> str:
+    raw = props.get(key)
+    if raw is None:
+        raise MalformedRecordError("missing_key")
+    if len(raw) > max_len:
+        raise MalformedRecordError("too_long")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedRecordError("bad_utf8") from None
+
+
+def _small_int(text: str, lo: int, hi: int, reason: str) -> int:
+    # isdigit() alone admits non-ASCII digits ("٣"), int() would accept " 3" or "+3".
+    if not text or not text.isascii() or not text.isdigit():
+        raise MalformedRecordError(reason)
+    value = int(text)
+    if not lo <= value <= hi:
+        raise MalformedRecordError(reason)
+    return value
+
+
+def parse_txt(props: Mapping[bytes, bytes | None]) -> TxtFields:
+    """Validate the TXT properties of a ``_peerd._tcp`` record (hostile input)."""
+    if not isinstance(props, Mapping):
+        raise MalformedRecordError("bad_txt")
+    for key in _REQUIRED:
+        if key not in props or props[key] is None:
+            raise MalformedRecordError("missing_key")
+    node_id = _text(props, b"id", MAX_NODE_ID_LEN)
+    if len(node_id) < 32 or not set(node_id) <= _B58_CHARS:
+        raise MalformedRecordError("bad_node_id")
+    fleet_id = _text(props, b"fleet", MAX_FLEET_ID_LEN)
+    if not fleet_id or not set(fleet_id) <= _FLEET_CHARS:
+        raise MalformedRecordError("bad_fleet_id")
+    version = _small_int(_text(props, b"pv", MAX_VERSION_DIGITS), 0, 10**6, "bad_version")
+    port = _small_int(_text(props, b"port", 5), 1, 65535, "bad_port")
+    return TxtFields(node_id, fleet_id, version, port)
+
+
+def build_txt(node_id: str, fleet_id: str, port: int, protocol_version: int) -> dict[bytes, bytes]:
+    props = {
+        b"id": node_id.encode(),
+        b"fleet": fleet_id.encode(),
+        b"pv": str(protocol_version).encode(),
+        b"port": str(port).encode(),
+    }
+    parse_txt(props)  # what we publish must pass our own validation
+    return props
+
+
+def resolve_interfaces(interfaces: Sequence[str]) -> list[str]:
+    """IPv4 addresses for interface names (``eth0``) or literal addresses."""
+    adapters = {a.nice_name: a for a in ifaddr.get_adapters()}
+    addrs: list[str] = []
+    for item in interfaces:
+        adapter = adapters.get(item)
+        if adapter is None:
+            if item.count(".") == 3:  # an IPv4 literal
+                addrs.append(item)
+                continue
+            raise DiscoveryError(f"no such interface: {item!r}")
+        found = [str(ip.ip) for ip in adapter.ips if ip.is_IPv4]
+        if not found:
+            raise DiscoveryError(f"interface {item!r} has no IPv4 address")
+        addrs.extend(found)
+    return addrs
+
+
+def _default_addresses() -> list[str]:
+    ips = [str(ip.ip) for a in ifaddr.get_adapters() for ip in a.ips if ip.is_IPv4]
+    lan = [ip for ip in ips if not ip.startswith("127.")]
+    return lan or ips
+
+
+PeerCallback = Callable[[PeerHint], None]
+LostCallback = Callable[[str], None]
+
+
+class Discovery:
+    """The browser side; obtain a running one from :func:`open_discovery`."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        fleet_id: str,
+        on_peer: PeerCallback,
+        on_peer_lost: LostCallback | None,
+        trio_token: trio.lowlevel.TrioToken,
+    ) -> None:
+        self.node_id = node_id
+        self.fleet_id = fleet_id
+        self._on_peer = on_peer
+        self._on_peer_lost = on_peer_lost
+        self._token = trio_token
+        self._lock = threading.Lock()  # counters and _names are touched from two threads
+        self.rejected: Counter[str] = Counter()
+        self._names: dict[str, str] = {}  # service name -> node id reported for it
+
+    def _count(self, reason: str) -> None:
+        with self._lock:
+            self.rejected[reason] += 1
+
+    # -- zeroconf's browser thread --
+
+    def _on_state_change(
+        self,
+        zeroconf: Zeroconf,
+        service_type: str,
+        name: str,
+        state_change: ServiceStateChange,
+    ) -> None:
+        try:
+            if state_change is ServiceStateChange.Removed:
+                with self._lock:
+                    node_id = self._names.pop(name, None)
+                if node_id is not None and self._on_peer_lost is not None:
+                    self._to_trio(self._on_peer_lost, node_id)
+                return
+            info = zeroconf.get_service_info(service_type, name, timeout=RESOLVE_TIMEOUT_MS)
+            if info is None:
+                self._count("unresolved")
+                return
+            self.handle_info(name, info)
+        except Exception:
+            # Whatever the network sent, the browser thread must live on.
+            self._count("error")
+            logger.exception("mDNS record %r could not be handled", name)
+
+    def handle_info(self, name: str, info: ServiceInfo) -> None:
+        """Validate one resolved record and report it (called in zeroconf's thread)."""
+        try:
+            fields = parse_txt(info.properties)  # zeroconf decodes the TXT lazily, here
+        except MalformedRecordError as e:
+            self._count(e.reason)
+            logger.debug("ignoring mDNS record %r: %s", name, e.reason)
+            return
+        except Exception:
+            self._count("bad_txt")  # the TXT wire data itself did not decode
+            return
+        if fields.node_id == self.node_id:
+            self._count("own_record")
+            return
+        if fields.fleet_id != self.fleet_id:
+            self._count("other_fleet")
+            return
+        addresses = tuple(info.parsed_addresses(IPVersion.V4Only)[:MAX_ADDRESSES_PER_PEER])
+        if not addresses:
+            self._count("no_address")
+            return
+        with self._lock:
+            if name not in self._names and len(self._names) >= MAX_TRACKED_SERVICES:
+                self.rejected["too_many_services"] += 1
+                return
+            self._names[name] = fields.node_id
+        hint = PeerHint(
+            fields.node_id, fields.fleet_id, fields.protocol_version, addresses, fields.port
+        )
+        self._to_trio(self._on_peer, hint)
+
+    def _to_trio(self, fn: Callable[[_T], None], arg: _T) -> None:
+        try:
+            trio.from_thread.run_sync(fn, arg, trio_token=self._token)
+        except trio.RunFinishedError:
+            pass  # trio is gone: we are shutting down
+        except Exception:
+            logger.exception("discovery callback failed")
+
+
+def _start(
+    node_id: str,
+    fleet_id: str,
+    port: int,
+    protocol_version: int,
+    interfaces: Sequence[str] | None,
+    discovery: Discovery,
+) -> tuple[Zeroconf, ServiceBrowser]:
+    # Blocking: runs in a worker thread.
+    if interfaces:
+        bind = resolve_interfaces(interfaces)
+        choice: list[str | int] | InterfaceChoice = list(bind)
+        published = bind
+    else:
+        choice = InterfaceChoice.All
+        published = _default_addresses()
+    zc = Zeroconf(interfaces=choice, ip_version=IPVersion.V4Only, use_asyncio=False)
+    try:
+        info = ServiceInfo(
+            SERVICE_TYPE,
+            f"{node_id}.{SERVICE_TYPE}",
+            port=port,
+            properties=build_txt(node_id, fleet_id, port, protocol_version),
+            server=f"{node_id}.local.",
+            parsed_addresses=published,
+        )
+        # The instance name is not trusted by anyone (the TXT id is), so a squatted name
+        # is renamed rather than stopping the daemon.
+        zc.register_service(info, allow_name_change=True)
+        browser = ServiceBrowser(zc, SERVICE_TYPE, handlers=[discovery._on_state_change])
+    except BaseException:
+        zc.close()
+        raise
+    return zc, browser
+
+
+def _stop(zc: Zeroconf, browser: ServiceBrowser) -> None:
+    try:
+        browser.cancel()
+    finally:
+        try:
+            zc.unregister_all_services()  # goodbye packets (TTL 0)
+        finally:
+            zc.close()
+
+
+@asynccontextmanager
+async def open_discovery(
+    *,
+    node_id: str,
+    fleet_id: str,
+    port: int,
+    on_peer: PeerCallback,
+    on_peer_lost: LostCallback | None = None,
+    protocol_version: int,
+    interfaces: Sequence[str] | None = None,
+) -> AsyncIterator[Discovery]:
+    """Advertise this node and browse for fleet peers until the block exits.
+
+    ``interfaces``: names (``eth0``) or IPv4 addresses to bind and publish; ``None`` means
+    all interfaces (publishing the non-loopback IPv4 addresses). ``on_peer`` runs in the
+    trio thread for every valid record of our fleet (again when a record changes);
+    ``on_peer_lost`` when a peer says goodbye or its record expires.
+    On exit goodbye packets are sent and zeroconf is closed.
+    """
+    build_txt(node_id, fleet_id, port, protocol_version)  # fail fast on our own bad values
+    discovery = Discovery(
+        node_id=node_id,
+        fleet_id=fleet_id,
+        on_peer=on_peer,
+        on_peer_lost=on_peer_lost,
+        trio_token=trio.lowlevel.current_trio_token(),
+    )
+    try:
+        # Not abandoned on cancel: an abandoned start would leave sockets and threads
+        # behind. zeroconf bounds registration itself (EventLoopBlocked after ~3 s).
+        zc, browser = await trio.to_thread.run_sync(
+            _start, node_id, fleet_id, port, protocol_version, interfaces, discovery
+        )
+    except (OSError, EventLoopBlocked, NonUniqueNameException) as e:
+        raise DiscoveryError(f"zeroconf could not start: {e!r}") from e
+    try:
+        yield discovery
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(STOP_TIMEOUT_S) as scope:
+            # The trio-typing stubs that py-libp2p pulls in predate abandon_on_cancel.
+            await trio.to_thread.run_sync(  # type: ignore[call-arg]
+                _stop, zc, browser, abandon_on_cancel=True
+            )
+        if scope.cancelled_caught:
+            logger.warning("zeroconf did not stop within %.0f s; abandoned", STOP_TIMEOUT_S)

@@ -1,0 +1,143 @@
+"""Saving and restoring a node's entries in its state directory.
+
+Entries are stored as the signed wire frames they are (head + payload): on restart each one
+is decoded and verified again exactly like an entry from the network, so a corrupted or
+planted file can never put unverified weights into the cache, and nothing is ever
+unpickled. Provenance (who relayed it, when) sits in a small JSON index beside them.
+The own entry is stored the same way and must verify against our own key.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from peerd.core.entry import CacheItem
+from peerd.core.reasons import Reason
+from peerd.node import Held, NodeState, verify
+from peerd.protocol import messages as msg
+from peerd.protocol.errors import ProtocolError
+from peerd.protocol.manifest import decode_manifest_file, encode_manifest_file
+from peerd.state import StateDir
+
+log = logging.getLogger(__name__)
+
+OWN_BLOB = "own.entry"
+MANIFEST_BLOB = "manifest"
+INDEX_BLOB = "cache.index"
+ENTRY_PREFIX = "entry-"
+
+
+def _frame(message: msg.Entry) -> bytes:
+    return message.head() + bytes(message.payload)
+
+
+def _entry_blob(origin: str) -> str:
+    return f"{ENTRY_PREFIX}{origin}"
+
+
+def save_own(state: StateDir, node: NodeState) -> None:
+    if node.own is not None:
+        state.write_blob(OWN_BLOB, _frame(node.own.message))
+
+
+def save_manifest(state: StateDir, envelope: msg.ManifestMessage) -> None:
+    state.write_blob(MANIFEST_BLOB, encode_manifest_file(envelope.envelope))
+
+
+def save_cache(state: StateDir, node: NodeState, written: set[str]) -> set[str]:
+    """Write entries not yet on disk, delete those no longer cached; returns what is on disk.
+
+    ``written`` holds the (origin@version) keys already stored, so a 44 MB entry is written
+    once, not every round.
+    """
+    index = {}
+    now_on_disk = set()
+    for item in node.cache:
+        held = item.payload
+        if not isinstance(held, Held):
+            continue
+        key = f"{item.meta.origin}@{item.meta.version}"
+        if key not in written:
+            state.write_blob(_entry_blob(item.meta.origin), _frame(held.message))
+        now_on_disk.add(key)
+        index[item.meta.origin] = {"version": item.meta.version,
+                                   "received_from": item.received_from,
+                                   "received_at": item.received_at}
+    state.write_blob(INDEX_BLOB, json.dumps(index).encode())
+    cached = {item.meta.origin for item in node.cache}
+    for name in state.list_blobs(ENTRY_PREFIX):
+        if name.removeprefix(ENTRY_PREFIX) not in cached:
+            state.delete_blob(name)
+    return now_on_disk
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    own: bool
+    cached: int
+    refused: int
+
+
+def load_manifest(state: StateDir) -> bytes | None:
+    """The raw manifest file adopted from peers earlier (verified by the caller)."""
+    return state.read_blob(MANIFEST_BLOB)
+
+
+def restore(state: StateDir, node: NodeState, *, now: float) -> Restored:
+    """Reload own entry and cache into ``node``, verifying every entry again."""
+    own = False
+    raw = state.read_blob(OWN_BLOB)
+    if raw is not None:
+        try:
+            message = msg.decode_frame(raw)
+            if not isinstance(message, msg.Entry):
+                raise ProtocolError(Reason.MALFORMED, "own.entry is not an entry")
+            v = verify(message, fleet_id=node.fleet_id, manifest=node.manifest,
+                       ledger=node.ledger, schema=node.schema, limits=node.limits, now=now)
+            if v.entry.meta.origin != node.id:
+                raise ProtocolError(Reason.MALFORMED, "own.entry was signed by another key")
+            node.set_own(v.entry, v.message)
+            own = True
+        except ProtocolError as exc:
+            # Membership may have lapsed or the schema changed: start fresh, keep counters.
+            log.warning("not restoring own entry: %s", exc)
+    try:
+        index = json.loads(state.read_blob(INDEX_BLOB) or b"{}")
+        if not isinstance(index, dict):
+            index = {}
+    except ValueError:
+        index = {}
+    cached = refused = 0
+    for name in state.list_blobs(ENTRY_PREFIX):
+        data = state.read_blob(name)
+        if data is None:
+            continue
+        try:
+            message = msg.decode_frame(data)
+            if not isinstance(message, msg.Entry):
+                raise ProtocolError(Reason.MALFORMED, f"{name} is not an entry")
+            v = verify(message, fleet_id=node.fleet_id, manifest=node.manifest,
+                       ledger=node.ledger, schema=node.schema, limits=node.limits, now=now)
+        except ProtocolError as exc:
+            refused += 1
+            log.warning("not restoring %s: %s", name, exc)
+            state.delete_blob(name)
+            continue
+        prov = index.get(v.entry.meta.origin, {})
+        sender = prov.get("received_from") if isinstance(prov, dict) else None
+        at = prov.get("received_at") if isinstance(prov, dict) else None
+        before = len(node.cache)
+        node.accept(v, sender=sender if isinstance(sender, str) else "restored",
+                    now=now)
+        if isinstance(at, int | float) and len(node.cache) > before:
+            # Keep the original arrival time rather than the restart time.
+            node.cache = [CacheItem(i.meta, i.received_from, float(at), i.payload, i.verified)
+                          if i.meta.origin == v.entry.meta.origin else i for i in node.cache]
+        cached += len(node.cache) > before
+    return Restored(own=own, cached=cached, refused=refused)
+
+
+def manifest_from_file(data: bytes) -> msg.ManifestMessage:
+    return msg.ManifestMessage(decode_manifest_file(data))

@@ -1,0 +1,283 @@
+"""The round driver: data, mobility, training and every algorithm of a run, side by side.
+
+All algorithms of one run share the data partition, the initial model, the mobility trace
+and every agent's mini-batches (see :func:`peerd.sim.train.agent_generator`): the only thing
+that differs between them is aggregation, so their curves are directly comparable.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from peerd.core.alpha import AlphaPolicy
+from peerd.core.entry import flatten
+from peerd.data import Dataset, load_dataset, partition
+from peerd.models import build_model, default_model_kind
+from peerd.sim.algorithms import ALGORITHMS, CachedDFL, dfl_round, fedavg_round
+from peerd.sim.mobility import GridConfig, ManhattanMobility, contacts
+from peerd.sim.train import draw_batches, evaluate, model_schema, train_batched, train_loop
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    dataset: str = "digits"
+    partition: str = "shards"
+    agents: int = 100
+    rounds: int = 100
+    capacity: int = 10
+    tau_max: float = 5.0
+    local_steps: int = 10
+    batch_size: int = 64
+    lr: float = 0.1
+    rho: float = 0.0
+    alpha: str = "uniform"
+    algorithms: tuple[str, ...] = ("cached-dfl", "dfl", "fedavg")
+    seed: int = 0
+    model: str = ""  # "" = the dataset's default (cnn / mlp / linear)
+    round_seconds: int = 120
+    speed: float = 13.89
+    comm_range: float = 100.0
+    blocks: int = 10
+    block_length: float = 300.0
+    eval_every: int = 1
+    eval_samples: int = 0  # 0 = the full test set
+    mixed_schema: bool = False  # each agent sees one feature group (tabular data)
+    batched: bool = True  # False: the per-agent reference loop (slow; for benchmarks)
+
+    def validate(self) -> None:
+        unknown = [a for a in self.algorithms if a not in ALGORITHMS]
+        if unknown or not self.algorithms:
+            raise ValueError(f"unknown algorithm(s) {unknown}; choose from {', '.join(ALGORITHMS)}")
+        if len(set(self.algorithms)) != len(self.algorithms):
+            raise ValueError("an algorithm is listed twice")
+        for name in (
+            "agents",
+            "rounds",
+            "local_steps",
+            "batch_size",
+            "round_seconds",
+            "eval_every",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be >= 1")
+        if self.capacity < 0 or self.tau_max < 0 or self.rho < 0 or self.eval_samples < 0:
+            raise ValueError("capacity, tau-max, rho and eval-samples must be >= 0")
+        if not self.lr > 0:
+            raise ValueError("lr must be > 0")
+        AlphaPolicy.parse(self.alpha)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["algorithms"] = list(self.algorithms)
+        return d
+
+
+@dataclass
+class RoundRecord:
+    round: int  # rounds completed (1-based); accuracy is that of the models after aggregation
+    algorithm: str
+    accuracy_mean: float
+    accuracy_std: float
+    accuracy_min: float
+    accuracy_max: float
+    train_loss: float
+    cache_avg_models: float
+    cache_avg_age: float
+    contacts: int  # distinct pairs that met this round
+    seconds: float  # wall time of training + aggregation + evaluation
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    records: list[RoundRecord] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """The ``--json`` document of the issue."""
+        results: dict[str, Any] = {}
+        for alg in self.config.algorithms:
+            rows = [r for r in self.records if r.algorithm == alg]
+            evaluated = [r for r in rows if not math.isnan(r.accuracy_mean)]
+            final = evaluated[-1] if evaluated else None
+            cache = [r for r in rows if not math.isnan(r.cache_avg_models)]
+            ages = [r.cache_avg_age for r in cache if not math.isnan(r.cache_avg_age)]
+            results[alg] = {
+                "final_accuracy_mean": final.accuracy_mean if final else None,
+                "final_accuracy_std": final.accuracy_std if final else None,
+                "curve": [[r.round, r.accuracy_mean] for r in evaluated],
+                "cache_avg_models": float(np.mean([r.cache_avg_models for r in cache]))
+                if cache
+                else None,
+                "cache_avg_age": float(np.mean(ages)) if ages else None,
+            }
+        return {"config": self.config.to_json(), "results": results}
+
+
+ProgressFn = Callable[[int, str], None]
+
+
+def _mixed_schema_data(
+    data: Dataset, parts: list[np.ndarray]
+) -> tuple[torch.Tensor, list[np.ndarray]]:
+    """Agent a sees only feature group ``a % G``; other columns are missing (0 = the mean,
+    since features are standardised). Built as G masked copies of the training set."""
+    groups = data.feature_groups
+    if not groups:
+        raise ValueError(f"dataset {data.name!r} has no feature groups for --mixed-schema")
+    n = data.x_train.shape[0]
+    copies = []
+    for lo, hi in groups:
+        masked = torch.zeros_like(data.x_train)
+        masked[:, lo:hi] = data.x_train[:, lo:hi]
+        copies.append(masked)
+    shifted = [p + (a % len(groups)) * n for a, p in enumerate(parts)]
+    return torch.cat(copies), shifted
+
+
+def mobility_trace(config: SimConfig, rng: np.random.Generator) -> Callable[[], list[np.ndarray]]:
+    grid = GridConfig(
+        blocks_x=config.blocks,
+        blocks_y=config.blocks,
+        block_length=config.block_length,
+        speed=config.speed,
+        comm_range=config.comm_range,
+    )
+    world = ManhattanMobility(grid, config.agents, rng)
+
+    def one_round() -> list[np.ndarray]:
+        ticks = []
+        for _ in range(config.round_seconds):
+            world.step()
+            ticks.append(contacts(world.positions(), grid.comm_range))
+        return ticks
+
+    return one_round
+
+
+def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
+    """Run every algorithm of ``config``; deterministic for a given config."""
+    config.validate()
+    seeds = np.random.SeedSequence(config.seed).spawn(3)
+    data = load_dataset(config.dataset)
+    parts = partition(
+        data.y_train, config.agents, config.partition, np.random.default_rng(seeds[0])
+    )
+    x_train, agent_idx = data.x_train, parts
+    if config.mixed_schema:
+        x_train, agent_idx = _mixed_schema_data(data, parts)
+    y_train = data.y_train.repeat(len(data.feature_groups)) if config.mixed_schema else data.y_train
+    x_test, y_test = data.x_test, data.y_test
+    if config.eval_samples and config.eval_samples < len(y_test):
+        pick = torch.from_numpy(
+            np.sort(np.random.default_rng(seeds[1]).permutation(len(y_test))[: config.eval_samples])
+        )
+        x_test, y_test = x_test[pick], y_test[pick]
+
+    kind = config.model or default_model_kind(config.dataset)
+    model = build_model(kind, data.input_shape, data.num_classes, seed=config.seed)
+    schema = model_schema(model)
+    init = flatten(dict(model.named_parameters()), schema)
+    num_examples = [len(p) for p in parts]
+    policy = AlphaPolicy.parse(config.alpha)
+    matrices = {alg: init.expand(config.agents, -1).clone() for alg in config.algorithms}
+    cached = CachedDFL(
+        config.agents,
+        schema.flat_size,
+        num_examples,
+        capacity=config.capacity,
+        tau_max=config.tau_max,
+        policy=policy,
+    )
+    needs_mobility = any(a in ("cached-dfl", "dfl") for a in config.algorithms)
+    next_round = mobility_trace(config, np.random.default_rng(seeds[2])) if needs_mobility else None
+    result = SimResult(config)
+    result.info = {
+        "model": kind,
+        "parameters": schema.flat_size,
+        "train_samples": int(data.x_train.shape[0]),
+        "test_samples": len(y_test),
+        "examples_per_agent_min": min(num_examples),
+        "examples_per_agent_max": max(num_examples),
+    }
+    train_time = 0.0
+    agent_steps = 0
+    for t in range(config.rounds):
+        batches = draw_batches(agent_idx, config.local_steps, config.batch_size, config.seed, t)
+        ticks = next_round() if next_round is not None else []
+        met = np.zeros((config.agents, config.agents), dtype=bool)
+        for pairs in ticks:
+            met[pairs[:, 0], pairs[:, 1]] = True
+        met |= met.T
+        do_eval = (t + 1) % config.eval_every == 0 or t + 1 == config.rounds
+        for alg in config.algorithms:
+            start = time.perf_counter()
+            if config.batched:
+                trained, loss = train_batched(
+                    model,
+                    matrices[alg],
+                    schema,
+                    x_train,
+                    y_train,
+                    batches,
+                    lr=config.lr,
+                    rho=config.rho,
+                )
+            else:
+                trained, loss = train_loop(
+                    model,
+                    matrices[alg],
+                    schema,
+                    x_train,
+                    y_train,
+                    agent_idx,
+                    steps=config.local_steps,
+                    batch_size=config.batch_size,
+                    lr=config.lr,
+                    rho=config.rho,
+                    seed=config.seed,
+                    round_index=t,
+                )
+            train_time += time.perf_counter() - start
+            agent_steps += config.agents * config.local_steps
+            cache_models = cache_age = float("nan")
+            if alg == "cached-dfl":
+                matrices[alg], stats = cached.round(trained, t, ticks)
+                cache_models, cache_age = stats.avg_models, stats.avg_age
+            elif alg == "dfl":
+                matrices[alg] = dfl_round(trained, met, num_examples, policy)
+            elif alg == "fedavg":
+                matrices[alg] = fedavg_round(trained, num_examples)
+            else:
+                matrices[alg] = trained
+            acc = np.full(1, np.nan)
+            if do_eval:
+                acc = evaluate(model, matrices[alg], schema, x_test, y_test)
+            result.records.append(
+                RoundRecord(
+                    round=t + 1,
+                    algorithm=alg,
+                    accuracy_mean=float(acc.mean()),
+                    accuracy_std=float(acc.std()),
+                    accuracy_min=float(acc.min()),
+                    accuracy_max=float(acc.max()),
+                    train_loss=float(loss.mean()),
+                    cache_avg_models=cache_models,
+                    cache_avg_age=cache_age,
+                    contacts=int(met.sum() // 2),
+                    seconds=time.perf_counter() - start,
+                )
+            )
+            if progress is not None:
+                progress(t + 1, alg)
+    result.info["train_seconds"] = train_time
+    result.info["agent_steps_per_second"] = agent_steps / train_time if train_time else None
+    result.info["cache_merges"] = cached.merges
+    return result

@@ -1,0 +1,50 @@
+"""The one exception type everything hostile turns into.
+
+The daemon counts rejections by :class:`~peerd.core.reasons.Reason`, so every refusal
+carries one; ``code`` is what goes into an ``Error`` message on the wire.
+"""
+
+from __future__ import annotations
+
+from peerd.core.reasons import Reason
+
+
+class ProtocolError(Exception):
+    """Bytes from the network (or a file) that peerd refuses, with the reason why."""
+
+    #: Wire code for an ``Error`` message; subclasses with finer meaning override it.
+    code_override: str | None = None
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(f"{reason.value}: {message}")
+        self.reason = reason
+        self.message = message
+
+    @property
+    def code(self) -> str:
+        """Stable short code to put in an ``Error`` frame (the reason unless refined)."""
+        return self.code_override or self.reason.value
+
+
+class VersionTooOldError(ProtocolError):
+    """The peer speaks a protocol version we no longer accept (it must upgrade)."""
+
+    code_override = "version_too_old"
+
+    def __init__(self, version: int, minimum: int) -> None:
+        super().__init__(
+            Reason.MALFORMED, f"protocol version {version} is older than the minimum {minimum}"
+        )
+        self.version = version
+
+
+class UnknownVersionError(ProtocolError):
+    """The peer speaks a protocol version newer than ours (we must upgrade)."""
+
+    code_override = "version_unknown"
+
+    def __init__(self, version: int, newest: int) -> None:
+        super().__init__(
+            Reason.MALFORMED, f"protocol version {version} is newer than the newest known {newest}"
+        )
+        self.version = version

@@ -1,0 +1,77 @@
+"""Every size and count limit of the wire protocol, each naming the threat it bounds.
+
+These are checked *before* allocation wherever the format allows it (frame length
+prefix, msgpack container headers, signed payload length against the local schema).
+"""
+
+from __future__ import annotations
+
+#: Current wire protocol version (``v`` in every message and envelope).
+PROTOCOL_VERSION = 1
+#: Oldest version still accepted; anything below is ``version_too_old``.
+MIN_PROTOCOL_VERSION = 1
+
+#: Bytes of the big-endian length prefix in front of every frame.
+FRAME_HEADER_LEN = 4
+#: Largest control frame (everything but an Entry): bounds the memory a peer can make us
+#: buffer with a single small-looking message (Hello/Digest/Want/Manifest/Error).
+MAX_CONTROL_FRAME_LEN = 64 * 1024
+#: Largest msgpack head of an Entry frame (envelope with body and tensor index): a model
+#: with thousands of tensors has an index of tens of KiB, so 1 MiB is ample while bounding
+#: what is parsed (and copied into the msgpack buffer) before the signature is checked.
+#: The raw payload that follows is bounded separately by the local model's schema.
+MAX_ENTRY_HEAD_LEN = 1024 * 1024
+#: Absolute ceiling on any frame whatever the schema says: a 4-byte prefix could claim
+#: 4 GiB, and a misconfigured schema must not let a peer make us buffer that much.
+MAX_FRAME_LEN_CEILING = 2 * 1024**3
+
+#: msgpack decoder limits (applied by the C decoder before it allocates a container).
+#: Longest byte string: bounds bin allocations (an entry body holds the tensor index, so
+#: this follows the entry head limit; control frames are bounded by their frame limit).
+MAX_BIN_LEN = MAX_ENTRY_HEAD_LEN
+#: Longest text string: bounds names, node ids and error texts.
+MAX_STR_LEN = 4096
+#: Longest array: stops an array header claiming 2**32 elements from preallocating.
+MAX_ARRAY_LEN = 4096
+#: Largest map: our messages have a dozen keys at most.
+MAX_MAP_LEN = 32
+#: Deepest nesting the type checker will walk; msgpack's own stack limit is far above.
+MAX_DEPTH = 8
+
+#: Fleet id length in bytes (random at ``peerd fleet init``); fixed so that the signing
+#: input ``domain || fleet_id || body`` is unambiguous.
+FLEET_ID_LEN = 16
+#: Ed25519 public key and signature sizes.
+PUBLIC_KEY_LEN = 32
+SIGNATURE_LEN = 64
+#: SHA-256 output (payload digest, schema id).
+DIGEST_LEN = 32
+
+#: Longest node id string (an Ed25519 libp2p peer id is 52 characters).
+MAX_NODE_ID_LEN = 64
+#: Most tensors in one entry: bounds the index a peer makes us validate.
+MAX_TENSORS = 4096
+#: Longest tensor name.
+MAX_TENSOR_NAME_LEN = 256
+#: Most dimensions of one tensor (torch itself allows 64; real models use <= 5).
+MAX_NDIM = 16
+#: Most entries announced in one Digest / requested in one Want: cache capacity C is
+#: tens, so 512 is generous, bounds per-message work and fits a control frame (~92 B each).
+MAX_DIGEST_ITEMS = 512
+#: Most capabilities announced in Hello, and the length of each.
+MAX_CAPABILITIES = 32
+MAX_CAPABILITY_LEN = 64
+#: Longest Error text (bounded so peers cannot fill our logs).
+MAX_ERROR_TEXT_LEN = 1024
+#: Longest Error code.
+MAX_ERROR_CODE_LEN = 64
+#: Most members / revoked ids in a fleet manifest: bounds manifest verification work and
+#: keeps a manifest inside one control frame.
+MAX_MEMBERS = 400
+MAX_REVOKED = 400
+
+#: Largest integer accepted for versions, seq numbers and counts (int64 range; msgpack
+#: could carry uint64 and Python ints are unbounded).
+MAX_INT = 2**63 - 1
+#: Default allowed clock skew for ``created_at`` in the future (seconds).
+DEFAULT_MAX_CLOCK_SKEW_S = 300.0

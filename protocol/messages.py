@@ -1,0 +1,236 @@
+"""The six wire messages and the one function that turns a frame into one of them.
+
+Every frame body is a msgpack map ``{"type": str, "v": int, ...}``. An Entry frame is the
+one exception to "exactly one msgpack object": its map is followed by the raw tensor
+payload (whose length the signed body states), so that 44 MB of parameters are hashed and
+viewed in place instead of being copied out of a msgpack ``bin``. Every other frame must be
+at most :data:`MAX_CONTROL_FRAME_LEN` bytes and contain nothing after its map.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from peerd.core.reasons import Reason
+from peerd.protocol.envelope import SignedEnvelope, check_version
+from peerd.protocol.errors import ProtocolError
+from peerd.protocol.frames import frame_parts
+from peerd.protocol.identity import as_node_id
+from peerd.protocol.limits import (
+    DIGEST_LEN,
+    FLEET_ID_LEN,
+    MAX_CAPABILITIES,
+    MAX_CAPABILITY_LEN,
+    MAX_CONTROL_FRAME_LEN,
+    MAX_DIGEST_ITEMS,
+    MAX_ENTRY_HEAD_LEN,
+    MAX_ERROR_CODE_LEN,
+    MAX_ERROR_TEXT_LEN,
+    PROTOCOL_VERSION,
+)
+from peerd.protocol.wire import (
+    Fields,
+    as_bytes,
+    as_float,
+    as_int,
+    as_list,
+    as_str,
+    malformed,
+    pack,
+    unpack_prefix,
+)
+
+
+class _Message:
+    TYPE: ClassVar[str]
+    _KEYS: ClassVar[frozenset[str]]
+
+    def fields(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def head(self) -> bytes:
+        return pack({"type": self.TYPE, "v": PROTOCOL_VERSION, **self.fields()})
+
+    def to_wire(self) -> bytes:
+        """The complete frame (length prefix included)."""
+        return b"".join(frame_parts([self.head()]))
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(_Message):
+    TYPE: ClassVar[str] = "hello"
+    _KEYS: ClassVar[frozenset[str]] = frozenset({"fleet", "node", "manifest_seq", "caps"})
+    fleet_id: bytes
+    node_id: str
+    manifest_seq: int
+    capabilities: tuple[str, ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "fleet": self.fleet_id,
+            "node": self.node_id,
+            "manifest_seq": self.manifest_seq,
+            "caps": list(self.capabilities),
+        }
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Hello:
+        caps = f.get("caps", as_list, MAX_CAPABILITIES)
+        return cls(
+            fleet_id=f.get("fleet", as_bytes, FLEET_ID_LEN),
+            node_id=f.get("node", as_node_id),
+            manifest_seq=f.get("manifest_seq", as_int),
+            capabilities=tuple(as_str(c, "hello.caps[]", MAX_CAPABILITY_LEN) for c in caps),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DigestItem:
+    origin: str
+    version: int
+    created_at: float
+    digest: bytes  # raw 32-byte payload SHA-256
+
+
+@dataclass(frozen=True, slots=True)
+class Digest(_Message):
+    """What the sender holds: one item per cached entry."""
+
+    TYPE: ClassVar[str] = "digest"
+    _KEYS: ClassVar[frozenset[str]] = frozenset({"entries"})
+    entries: tuple[DigestItem, ...]
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "entries": [[e.origin, e.version, float(e.created_at), e.digest] for e in self.entries]
+        }
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Digest:
+        items = []
+        for i, raw in enumerate(f.get("entries", as_list, MAX_DIGEST_ITEMS)):
+            what = f"digest.entries[{i}]"
+            e = as_list(raw, what, 4, length=4)
+            items.append(
+                DigestItem(
+                    origin=as_node_id(e[0], what + ".origin"),
+                    version=as_int(e[1], what + ".version"),
+                    created_at=as_float(e[2], what + ".created_at"),
+                    digest=as_bytes(e[3], what + ".digest", DIGEST_LEN),
+                )
+            )
+        return cls(tuple(items))
+
+
+@dataclass(frozen=True, slots=True)
+class Want(_Message):
+    """Which (origin, version) entries the sender asks for."""
+
+    TYPE: ClassVar[str] = "want"
+    _KEYS: ClassVar[frozenset[str]] = frozenset({"items"})
+    items: tuple[tuple[str, int], ...]
+
+    def fields(self) -> dict[str, Any]:
+        return {"items": [[origin, version] for origin, version in self.items]}
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Want:
+        items = []
+        for i, raw in enumerate(f.get("items", as_list, MAX_DIGEST_ITEMS)):
+            pair = as_list(raw, f"want.items[{i}]", 2, length=2)
+            items.append((as_node_id(pair[0], "want.origin"), as_int(pair[1], "want.version")))
+        return cls(tuple(items))
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestMessage(_Message):
+    TYPE: ClassVar[str] = "manifest"
+    _KEYS: ClassVar[frozenset[str]] = frozenset({"envelope"})
+    envelope: SignedEnvelope
+
+    def fields(self) -> dict[str, Any]:
+        return {"envelope": self.envelope.to_wire()}
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> ManifestMessage:
+        return cls(SignedEnvelope.from_wire(f.raw("envelope")))
+
+
+@dataclass(frozen=True, slots=True)
+class Error(_Message):
+    """Why the sender is closing or refusing (code is a Reason value or a version code)."""
+
+    TYPE: ClassVar[str] = "error"
+    _KEYS: ClassVar[frozenset[str]] = frozenset({"code", "text"})
+    code: str
+    text: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return {"code": self.code, "text": self.text}
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Error:
+        code = f.get("code", as_str, MAX_ERROR_CODE_LEN)
+        if not all(c.isascii() and (c.islower() or c.isdigit() or c == "_") for c in code):
+            malformed("error code must be lowercase ascii, digits and '_'")
+        return cls(code, f.get("text", as_str, MAX_ERROR_TEXT_LEN, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(_Message):
+    """A signed envelope plus the raw payload it commits to (not yet verified)."""
+
+    TYPE: ClassVar[str] = "entry"
+    _KEYS: ClassVar[frozenset[str]] = frozenset({"envelope"})
+    envelope: SignedEnvelope
+    payload: bytes | bytearray | memoryview
+
+    def fields(self) -> dict[str, Any]:
+        return {"envelope": self.envelope.to_wire()}
+
+    def to_wire_parts(self) -> list[bytes | memoryview]:
+        """Frame as [prefix, head, payload] for a vectored write: the payload is not copied."""
+        return frame_parts([self.head(), memoryview(self.payload)])
+
+    def to_wire(self) -> bytes:
+        return b"".join(self.to_wire_parts())
+
+
+Message = Hello | Digest | Want | Entry | ManifestMessage | Error
+_CONTROL: dict[str, Any] = {cls.TYPE: cls for cls in (Hello, Digest, Want, ManifestMessage, Error)}
+
+
+def decode_frame(frame: bytes | bytearray | memoryview) -> Message:
+    """Decode one frame body (without its length prefix) into a typed message.
+
+    Entry payloads are returned as a read-only view into ``frame`` (no copy); the caller
+    verifies them with :func:`peerd.protocol.admission.admit_entry`.
+    """
+    view = memoryview(frame).toreadonly()
+    try:
+        head, head_len = unpack_prefix(view, MAX_ENTRY_HEAD_LEN)
+    except ProtocolError:
+        if len(view) > MAX_ENTRY_HEAD_LEN:  # no message head is this long: say so
+            raise ProtocolError(Reason.TOO_LARGE, "message head exceeds the limit") from None
+        raise
+    if type(head) is not dict:
+        malformed("message must be a msgpack map")
+    msg_type = head.get("type")
+    if type(msg_type) is not str:
+        malformed("message has no type")
+    # Too old and too new are distinct errors (the reply tells who has to upgrade).
+    check_version(as_int(head.get("v"), "message.v"))
+    body = {k: v for k, v in head.items() if k not in ("type", "v")}
+    if msg_type == Entry.TYPE:
+        f = Fields(body, "entry", Entry._KEYS)
+        return Entry(SignedEnvelope.from_wire(f.raw("envelope")), view[head_len:])
+    cls = _CONTROL.get(msg_type)
+    if cls is None:
+        malformed(f"unknown message type {msg_type[:32]!r}")
+    if len(view) > MAX_CONTROL_FRAME_LEN:
+        raise ProtocolError(Reason.TOO_LARGE, f"{msg_type} frame of {len(view)} bytes")
+    if head_len != len(view):
+        malformed(f"{len(view) - head_len} trailing bytes after a {msg_type} message")
+    message: Message = cls.from_fields(Fields(body, msg_type, cls._KEYS))
+    return message

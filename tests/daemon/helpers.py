@@ -1,0 +1,78 @@
+"""Shared test helpers: a real control server on a trio loop in a background thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from peerd.control import ControlServer, StatusProvider
+
+ADMIN_HEX = "11" * 32
+FLEET_HEX = "22" * 16
+#: How long a test waits for the server thread to bind or stop: far above the real ~10 ms.
+THREAD_WAIT_S = 10.0
+
+
+def sample_status(round_: int = 3) -> dict[str, Any]:
+    """A status dict with the exact shape the daemon promises (issue 4)."""
+    return {
+        "node": {"id": "12D3KooWself", "fleet": FLEET_HEX, "round": round_, "version": 7,
+                 "examples": 180, "train_loss": 0.42, "val_accuracy": 0.91},
+        "config": {"tau_max": 600.0, "capacity": 10, "rho": 0.01, "local_steps": 10,
+                   "alpha": "uniform"},
+        "cache": [{"origin": "12D3KooWpeer", "version": 5, "created_at": 1_800_000_000.0,
+                   "age_s": 12.5, "staleness": 12.5, "examples": 170, "alpha": 0.5,
+                   "drift": 0.03, "received_from": "12D3KooWpeer",
+                   "received_at": 1_800_000_001.0, "verified": True}],
+        "peers": [{"id": "12D3KooWpeer", "addrs": ["/ip4/10.0.0.2/tcp/4011"],
+                   "connected": True, "last_seen": 1_800_000_002.0, "bytes_in": 1234,
+                   "bytes_out": 5678}],
+        "rejected": {"bad_signature": 2, "stale": 1},
+    }
+
+
+@contextmanager
+def running_server(path: Path, provider: StatusProvider | None = None,
+                   **kwargs: Any) -> Iterator[ControlServer]:
+    """Run a ControlServer at ``path`` until the block ends; errors at bind are re-raised."""
+    status: Mapping[str, Any] = sample_status()
+    started = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        try:
+            server = await ControlServer.open(path, provider or (lambda: status), **kwargs)
+        except BaseException as exc:
+            box["error"] = exc
+            started.set()
+            raise
+        box["server"] = server
+        box["token"] = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            box["cancel"] = nursery.cancel_scope.cancel
+            started.set()
+            nursery.start_soon(server.serve)
+
+    def run() -> None:
+        try:
+            trio.run(main)
+        except BaseException as exc:  # reported through box["error"]
+            box.setdefault("error", exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert started.wait(THREAD_WAIT_S), "control server did not start"
+    if "error" in box:
+        thread.join(THREAD_WAIT_S)
+        raise box["error"]
+    try:
+        yield box["server"]
+    finally:
+        trio.from_thread.run_sync(box["cancel"], trio_token=box["token"])
+        thread.join(THREAD_WAIT_S)
+        assert not thread.is_alive(), "control server thread did not stop"

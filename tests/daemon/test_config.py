@@ -1,0 +1,190 @@
+"""Config parsing: defaults, validation errors naming the key, the shipped example."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peerd.cli.init import render_config
+from peerd.config import (
+    DEFAULT_SOCKET,
+    DEFAULT_STATE_DIR,
+    Config,
+    ConfigError,
+    load_config,
+    loads_config,
+)
+from peerd.core.alpha import AlphaPolicy
+from tests.daemon.helpers import ADMIN_HEX, FLEET_HEX
+
+REPO = Path(__file__).resolve().parents[2]
+FLEET = f'[fleet]\nadmin_public_key = "{ADMIN_HEX}"\nfleet_id = "{FLEET_HEX}"\n'
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "peerd.toml"
+    path.write_text(text)
+    return path
+
+
+def doc(**sections: dict[str, Any]) -> dict[str, Any]:
+    return {"fleet": {"admin_public_key": ADMIN_HEX, "fleet_id": FLEET_HEX}, **sections}
+
+
+def test_fleet_only_config_gets_defaults(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, FLEET))
+    assert cfg.fleet.admin_public_key == bytes.fromhex(ADMIN_HEX)
+    assert cfg.fleet.fleet_id == bytes.fromhex(FLEET_HEX)
+    assert cfg.fleet.manifest is None
+    assert cfg.node.state_dir == DEFAULT_STATE_DIR and cfg.node.socket == DEFAULT_SOCKET
+    assert cfg.learning.staleness == "time" and cfg.learning.capacity == 10
+    assert cfg.learning.alpha_policy == AlphaPolicy.parse("uniform")
+    assert cfg.task.name == "digits"
+    assert cfg.source == (tmp_path / "peerd.toml").resolve()
+    view = cfg.status_config()
+    assert {k: view[k] for k in ("tau_max", "capacity", "rho", "local_steps", "alpha")} == {
+        "tau_max": 600.0, "capacity": 10, "rho": 0.01, "local_steps": 10, "alpha": "uniform"}
+
+
+def test_values_are_parsed_and_frozen(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, FLEET + """
+[node]
+socket = "/tmp/a/peerd.sock"
+torch_threads = 2
+[network]
+listen_port = 0
+static_peers = ["/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc"]
+metrics_listen = "127.0.0.1:9464"
+[learning]
+tau_max = 5
+staleness = "rounds"
+capacity = 0
+alpha = "staleness:poly:0.5:examples"
+[validation]
+max_norm = 100.0
+[task]
+name = "csv"
+csv_glob = "/data/*.csv"
+csv_features = ["a", "b"]
+csv_kind = "regression"
+"""))
+    assert cfg.node.socket == Path("/tmp/a/peerd.sock") and cfg.node.torch_threads == 2
+    assert cfg.network.listen_port == 0
+    assert cfg.network.static_peers == ("/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc",)
+    assert cfg.learning.tau_max == 5.0 and isinstance(cfg.learning.tau_max, float)
+    assert cfg.learning.alpha_policy.base == "examples"
+    assert cfg.validation.limits().max_norm == 100.0
+    assert cfg.task.csv_features == ("a", "b") and cfg.task.csv_kind == "regression"
+    with pytest.raises(AttributeError):
+        cfg.learning.capacity = 3  # type: ignore[misc]
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, FLEET.replace(
+        "[fleet]\n", '[fleet]\nmanifest = "manifest.peerd"\n') + '[node]\nstate_dir = "st"\n'))
+    assert cfg.fleet.manifest == tmp_path.resolve() / "manifest.peerd"
+    assert cfg.node.state_dir == tmp_path.resolve() / "st"
+
+
+@pytest.mark.parametrize(("sections", "message"), [
+    ({"learning": {"capacity": -1}}, "[learning] capacity: must be an integer >= 0, got -1"),
+    ({"learning": {"capacity": 2.5}}, "[learning] capacity: must be an integer >= 0"),
+    ({"learning": {"capacity": True}}, "[learning] capacity: must be an integer >= 0, got true"),
+    ({"learning": {"capcity": 3}}, "[learning] capcity: unknown key"),
+    ({"gossip": {"capacity": 3}}, "[gossip]: unknown section"),
+    ({"learning": {"alpha": "median"}}, "[learning] alpha: bad alpha policy"),
+    ({"learning": {"staleness": "versions"}}, "[learning] staleness: must be one of time"),
+    ({"learning": {"lr": 0}}, "[learning] lr: must be a finite number > 0"),
+    ({"learning": {"rho": float("nan")}}, "[learning] rho: must be a finite number"),
+    ({"network": {"listen_port": 70000}}, "[network] listen_port: must be an integer in"),
+    ({"network": {"listen_host": "lan"}}, "[network] listen_host: must be an IP address"),
+    ({"network": {"static_peers": ["10.0.0.2:4011"]}}, "[network] static_peers: list item"),
+    ({"network": {"metrics_listen": "9464"}}, "[network] metrics_listen: must be IP:PORT"),
+    ({"node": {"socket": "/" + "x" * 120}}, "[node] socket: a Unix socket path holds at most"),
+    ({"node": {"log_level": "loud"}}, "[node] log_level: must be one of"),
+    ({"task": {"name": "cifar"}}, "[task] name: must be one of digits"),
+    ({"task": {"partition": "dirichlet:-1"}}, "[task] partition: dirichlet concentration"),
+    ({"task": {"node_index": 3, "node_count": 3}}, "[task] node_index: must be < node_count"),
+    ({"task": {"name": "csv"}}, "[task] csv_glob: required"),
+    ({"node": "fast"}, "[node] must be a table"),
+])
+def test_bad_values_name_the_key(sections: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        loads_config(doc(**sections))
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(("fleet", "message"), [
+    ({"fleet_id": FLEET_HEX}, "[fleet] admin_public_key: required"),
+    ({"admin_public_key": ADMIN_HEX[:-2], "fleet_id": FLEET_HEX},
+     "[fleet] admin_public_key: must be 32 bytes as 64 hex digits"),
+    ({"admin_public_key": "zz" * 32, "fleet_id": FLEET_HEX},
+     "[fleet] admin_public_key: must be 32 bytes"),
+    ({"admin_public_key": ADMIN_HEX, "fleet_id": FLEET_HEX, "manifest": 3},
+     "[fleet] manifest: must be a non-empty path"),
+])
+def test_fleet_errors(fleet: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        loads_config({"fleet": fleet})
+    assert message in str(err.value)
+
+
+def test_missing_fleet_section() -> None:
+    with pytest.raises(ConfigError, match=r"\[fleet\]: required section"):
+        loads_config({"node": {}})
+
+
+def test_custom_task_spelling_accepted() -> None:
+    assert loads_config(doc(task={"name": "mypkg.tasks:make_task"})).task.name == \
+        "mypkg.tasks:make_task"
+
+
+def test_file_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[fleet\n"))
+    bad = write(tmp_path, FLEET + "[learning]\ncapacity = -1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    assert str(err.value).startswith(f"{bad}: [learning] capacity")
+
+
+def test_default_constructor_matches_a_fleet_only_file(tmp_path: Path) -> None:
+    built = Config.default(bytes.fromhex(ADMIN_HEX), bytes.fromhex(FLEET_HEX),
+                           state_dir=tmp_path / "s", socket=tmp_path / "c.sock")
+    assert built.node.state_dir == tmp_path / "s" and built.node.socket == tmp_path / "c.sock"
+    loaded = load_config(write(tmp_path, FLEET))
+    assert built.learning == loaded.learning and built.task == loaded.task
+
+
+def test_example_config_is_accepted_and_generated() -> None:
+    example = REPO / "systemd" / "peerd.toml.example"
+    cfg = load_config(example)
+    assert cfg.fleet.manifest == example.resolve().parent / "manifest.peerd"
+    # The example is the init template with placeholder values: they cannot drift apart.
+    rendered = render_config(admin_public_key="00" * 32, fleet_id="00" * 16,
+                             manifest="manifest.peerd")
+    assert example.read_text().endswith(rendered)
+
+
+def test_every_commented_default_is_the_real_default() -> None:
+    # Uncomment every "# key = value" line of the template: the result must load and equal
+    # the defaults, so the comments never lie about what a missing key means.
+    text = render_config(admin_public_key=ADMIN_HEX, fleet_id=FLEET_HEX, manifest=None)
+    lines = []
+    for line in text.splitlines():
+        body = line[2:] if line.startswith("# ") and " = " in line.split("#")[1] else line
+        key = body.split("=")[0].strip()
+        if key in ("manifest", "socket_group", "metrics_listen", "csv_glob"):
+            continue  # these are examples of optional settings, not defaults
+        lines.append(body.split("  #")[0])
+    data = tomllib.loads("\n".join(lines))
+    assert sum(len(v) for v in data.values()) >= 30  # the uncommenting really happened
+    cfg = loads_config(data)
+    base = Config.default(bytes.fromhex(ADMIN_HEX), bytes.fromhex(FLEET_HEX))
+    assert (cfg.node, cfg.network, cfg.learning, cfg.validation, cfg.task) == (
+        base.node, base.network, base.learning, base.validation, base.task)

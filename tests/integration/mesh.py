@@ -1,0 +1,171 @@
+"""Real `peerd run` processes for integration tests: a fleet, configs, start/stop, status.
+
+Each node gets its own state directory, key, control socket and config, all admitted to one
+test fleet. Nodes run either on loopback (static peers, mDNS off: safe anywhere) or inside
+network namespaces from ``tests.transport.netns`` (mDNS on, confined to the namespaces).
+Processes are always terminated at teardown, also when the test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from peerd.control import ControlError, request
+from tests.transport.netns import NetnsHost
+
+PEERD = [sys.executable, "-m", "peerd.cli"]
+#: Start-up imports torch, scikit-learn and libp2p: allow for a loaded 2-core CI machine.
+STARTUP_TIMEOUT_S = 90.0
+
+
+def peerd(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PEERD, *args], check=check, capture_output=True, text=True,
+                          timeout=120)
+
+
+@dataclass
+class Node:
+    name: str
+    dir: Path
+    id: str
+    port: int
+    host: NetnsHost | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = self.dir / "peerd.log"
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "peerd.toml"
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "peerd.sock"
+
+    @property
+    def address(self) -> str:
+        return self.host.address if self.host else "127.0.0.1"
+
+    def multiaddr(self) -> str:
+        return f"/ip4/{self.address}/tcp/{self.port}/p2p/{self.id}"
+
+    def start(self) -> None:
+        argv = [*PEERD, "run", "--config", str(self.config)]
+        if self.host is not None:
+            argv = self.host.command(argv)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def status(self) -> dict[str, Any] | None:
+        """The daemon's status over its control socket (what `peerd status --json` prints),
+        or None while it is not up. Asked in-process: a CLI per poll costs seconds."""
+        try:
+            return request(self.socket, "status", timeout=10)
+        except ControlError:
+            return None
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def make_fleet(root: Path, n: int, *, hosts: list[NetnsHost] | None = None, mdns: bool = False,
+               base_port: int = 47100, learning: dict[str, Any] | None = None,
+               task: dict[str, Any] | None = None) -> list[Node]:
+    fleet = root / "fleet"
+    peerd("fleet", "init", str(fleet))
+    nodes: list[Node] = []
+    for i in range(n):
+        d = root / f"node{i}"
+        out = peerd("keygen", "--state-dir", str(d)).stdout
+        node_id = next(w for w in out.split() if w.startswith("12D3KooW"))
+        peerd("fleet", "admit", "--fleet", str(fleet), node_id)
+        nodes.append(Node(f"node{i}", d, node_id, base_port + i, hosts[i] if hosts else None))
+    for i, node in enumerate(nodes):
+        peerd("init", "--fleet", str(fleet), "--state-dir", str(node.dir), "--socket",
+              str(node.socket), "--out", str(node.config), "--force")
+        static = [] if mdns else [o.multiaddr() for o in nodes if o is not node]
+        write_overrides(node.config, network={
+            "listen_host": "0.0.0.0" if node.host else "127.0.0.1",
+            "listen_port": node.port, "mdns": mdns, "static_peers": static,
+        }, learning={"round_interval_s": 1.0, "tau_max": 120.0, **(learning or {})},
+            task={"node_index": i, "node_count": n, **(task or {})})
+    return nodes
+
+
+def _toml(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return repr(v)
+
+
+def write_overrides(path: Path, **sections: dict[str, Any]) -> None:
+    """Set keys in a `peerd init` config (uncommenting or replacing the default lines)."""
+    lines = path.read_text().splitlines()
+    current = ""
+    out: list[str] = []
+    pending = {k: dict(v) for k, v in sections.items()}
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            if current in pending:
+                out += [f"{k} = {_toml(v)}" for k, v in pending.pop(current).items()]
+            current = stripped[1:-1]
+        else:
+            body = stripped.lstrip("# ").split("=", 1)[0].strip()
+            if current in pending and body in pending[current]:
+                continue  # replaced below, at the end of the section
+        out.append(line)
+    if current in pending:
+        out += [f"{k} = {_toml(v)}" for k, v in pending.pop(current).items()]
+    for name, values in pending.items():
+        out += [f"[{name}]", *(f"{k} = {_toml(v)}" for k, v in values.items())]
+    path.write_text("\n".join(out) + "\n")
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str, nodes: list[Node]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        for node in nodes:
+            if node.proc is not None and node.proc.poll() is not None:
+                raise AssertionError(f"{node.name} exited ({node.proc.returncode}) while "
+                                     f"waiting for {what}:\n{node.logs()[-3000:]}")
+        time.sleep(0.5)
+    logs = "\n".join(f"--- {n.name}\n{n.logs()[-2000:]}" for n in nodes)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
+
+
+def cached_origins(node: Node) -> set[str]:
+    s = node.status()
+    return {c["origin"] for c in s["cache"]} if s else set()

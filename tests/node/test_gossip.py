@@ -1,0 +1,148 @@
+"""Gossip sessions between two nodes over an in-memory framed stream."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+
+from peerd.core.reasons import Reason
+from peerd.gossip import SessionContext, SessionResult, run_session
+from peerd.node import NodeState, sign_own
+from peerd.protocol.errors import ProtocolError
+from peerd.protocol.identity import private_key_from_seed, public_key_bytes
+from tests.node.fleet import FLEET, NOW, key, manifest, model, node
+
+ADMIN = private_key_from_seed(b"\xaa" * 32)
+A, B, C, OUT = key(1), key(2), key(3), key(9)
+
+
+class MemoryIO:
+    def __init__(self, send: trio.MemorySendChannel[bytes],
+                 recv: trio.MemoryReceiveChannel[bytes]) -> None:
+        self._send, self._recv = send, recv
+        self.frames_sent = 0
+
+    async def send(self, parts: Sequence[bytes | memoryview]) -> None:
+        self.frames_sent += 1
+        await self._send.send(b"".join(bytes(p) for p in parts))
+
+    async def recv(self, max_len: int) -> bytes:
+        frame = await self._recv.receive()
+        if len(frame) > max_len:
+            raise ProtocolError(Reason.TOO_LARGE, "frame over the limit")
+        return frame
+
+
+def pipe() -> tuple[MemoryIO, MemoryIO]:
+    a_send, b_recv = trio.open_memory_channel[bytes](1000)
+    b_send, a_recv = trio.open_memory_channel[bytes](1000)
+    return MemoryIO(a_send, a_recv), MemoryIO(b_send, b_recv)
+
+
+def signed_node(k: object, seq: int, *members: object) -> NodeState:
+    man = manifest(*members, seq=seq)  # type: ignore[arg-type]
+    n = node(k, man)  # type: ignore[arg-type]
+    n.manifest_envelope = man.sign(ADMIN)
+    return n
+
+
+def publish(n: NodeState, version: int, at: float = NOW) -> None:
+    entry, message = sign_own(n.key, FLEET, params=model(version), version=version,
+                              created_at=at, num_examples=10)
+    n.set_own(entry, message)
+
+
+CTX = SessionContext(admin_key=public_key_bytes(ADMIN), now=lambda: NOW)
+
+
+def session(a: NodeState, b: NodeState, *, a_claims: str | None = None,
+            b_claims: str | None = None) -> tuple[SessionResult, SessionResult]:
+    results: dict[str, SessionResult] = {}
+
+    async def main() -> None:
+        io_a, io_b = pipe()
+
+        async def side(name: str, io: MemoryIO, n: NodeState, peer: str, init: bool) -> None:
+            results[name] = await run_session(io, n, CTX, peer_id=peer, initiator=init)
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(side, "a", io_a, a, b_claims or b.id, True)
+                nursery.start_soon(side, "b", io_b, b, a_claims or a.id, False)
+
+    trio.run(main)
+    return results["a"], results["b"]
+
+
+def test_two_members_swap_their_entries_both_ways() -> None:
+    a, b = signed_node(A, 1, A, B), signed_node(B, 1, A, B)
+    publish(a, 3)
+    publish(b, 5)
+    ra, rb = session(a, b)
+    assert (ra.sent, ra.received, rb.sent, rb.received) == (1, 1, 1, 1)
+    assert [(i.meta.origin, i.meta.version) for i in a.cache] == [(b.id, 5)]
+    assert [(i.meta.origin, i.meta.version) for i in b.cache] == [(a.id, 3)]
+    # a second session moves nothing
+    ra, rb = session(b, a)
+    assert ra.sent == ra.received == rb.sent == rb.received == 0
+
+
+def test_relay_through_the_middle_node() -> None:
+    a, b, c = (signed_node(k, 1, A, B, C) for k in (A, B, C))
+    for n in (a, b, c):
+        publish(n, 1)
+    session(a, b)
+    session(b, c)
+    held = {i.meta.origin: i.received_from for i in c.cache}
+    assert held == {a.id: b.id, b.id: b.id}
+
+
+def test_newer_manifest_spreads_and_a_revoked_member_is_then_refused() -> None:
+    a, b = signed_node(A, 1, A, B, C), signed_node(B, 1, A, B, C)
+    c = signed_node(C, 1, A, B, C)
+    publish(c, 1)
+    session(c, b)
+    assert {i.meta.origin for i in b.cache} == {c.id}
+    newer = b.manifest.revoke(c.id)
+    a.manifest, a.manifest_envelope = newer, newer.sign(ADMIN)
+    _, rb = session(a, b)
+    assert rb.manifest_adopted == newer.seq and b.manifest.seq == newer.seq
+    assert b.cache == [] and b.rejected["revoked"] == 1
+    # and the revoked node can no longer gossip with b
+    _, rb2 = session(c, b)
+    assert rb2.refused == {"revoked": 1}
+
+
+def test_outsider_with_a_valid_key_is_refused_after_hello() -> None:
+    b = signed_node(B, 1, A, B)
+    outsider = signed_node(OUT, 1, OUT)  # believes in its own fleet manifest
+    outsider.manifest_envelope = None
+    publish(outsider, 1)
+    _, rb = session(outsider, b)
+    assert rb.refused == {"not_member": 1}
+    assert b.cache == [] and rb.received == 0
+
+
+def test_hello_naming_another_node_than_the_handshake_is_refused() -> None:
+    a, b = signed_node(A, 1, A, B), signed_node(B, 1, A, B)
+    publish(a, 1)
+    _, rb = session(a, b, a_claims=signed_node(C, 1, C).id)
+    assert rb.refused == {"bad_signature": 1}
+    assert b.cache == []
+
+
+def test_garbage_frames_end_only_that_session_and_the_cache_survives() -> None:
+    a, b = signed_node(A, 1, A, B), signed_node(B, 1, A, B)
+    publish(a, 1)
+    session(a, b)
+    before = list(b.cache)
+
+    async def hostile() -> SessionResult:
+        io_evil, io_b = pipe()
+        await io_evil.send([b"\xc1\xff garbage that is not msgpack"])
+        return await run_session(io_b, b, CTX, peer_id=a.id, initiator=False)
+
+    result = trio.run(hostile)
+    assert result.refused == {"malformed": 1}
+    assert b.cache == before
