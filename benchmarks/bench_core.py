@@ -88,8 +88,8 @@ def bench_merge(sizes: tuple[int, ...], repeat: int) -> dict[int, float]:
     for n in sizes:
         received = _received(n, max(10, n // 4))
         clock = Clock.rounds(n)
-        t = interleaved({"m": lambda r=received, c=clock: merge(held, r, clock=c, tau_max=n,
-                                                                 capacity=10)}, repeat)["m"]
+        t = interleaved({"m": lambda r=received, c=clock, tau=n: merge(
+            held, r, clock=c, tau_max=tau, capacity=10)}, repeat)["m"]
         out[n] = t
     return out
 

@@ -1,89 +1,174 @@
-"""`peerd demo`: watch a small mesh learn, live.
+"""`peerd demo`: watch a live local mesh of real daemons learn.
 
-For now the mesh is in-process (:mod:`peerd.inproc`): real core code, simulated meetings, no
-sockets. The networked demo (real daemons, mDNS in network namespaces) replaces it once the
-daemon exists.
+As root the daemons run in network namespaces on a private bridge and find each other by
+mDNS; otherwise on loopback with static peers (see :mod:`peerd.localmesh`). ``--in-process``
+runs the same algorithm without processes or sockets, with an isolated baseline beside it.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from typing import TYPE_CHECKING
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from peerd.inproc import RoundReport
+    from peerd.localmesh import MeshNode
+
+#: Daemons import torch, scikit-learn and libp2p before their first round: allow for it.
+STARTUP_TIMEOUT_S = 180.0
+#: Give up when no node finished a round for this long (a broken install, not a slow one).
+STALL_TIMEOUT_S = 120.0
 
 
+def _short(node_id: str) -> str:
+    return "…" + node_id[-6:]
 
-def _table(report: RoundReport, total: int) -> Table:
-    table = Table(title=f"peerd demo (in-process mesh) - round {report.round}/{total}")
-    table.add_column("node")
-    table.add_column("version", justify="right")
-    table.add_column("cache (origin@version, age)")
-    table.add_column("train loss", justify="right")
-    table.add_column("accuracy", justify="right")
-    table.add_column("isolated", justify="right")
-    for node, iso in zip(report.nodes, report.isolated_accuracy, strict=True):
-        cache = ", ".join(f"{o}@{v} ({age}r)" for o, v, age in node.cache) or "-"
-        table.add_row(node.id, str(node.version), cache, f"{node.train_loss:.3f}",
-                      f"{node.val_accuracy:.3f}", f"{iso:.3f}")
+
+def _mesh_table(nodes: list[MeshNode], statuses: list[dict[str, Any] | None], rounds: int,
+                elapsed: float) -> Table:
+    table = Table(title=f"peerd demo: {len(nodes)} daemons, target {rounds} rounds "
+                        f"({elapsed:.0f} s)")
+    for col in ("node", "address", "round", "version", "cache (origin@version, age)",
+                "peers", "val acc"):
+        table.add_column(col, justify="right" if col in ("round", "version") else "left")
+    for node, s in zip(nodes, statuses, strict=True):
+        if s is None:
+            state = "exited - see " + str(node.log) if not node.alive() else "starting…"
+            table.add_row(f"node{node.index} {_short(node.id)}", node.address, "-", "-",
+                          state, "-", "-")
+            continue
+        cache = ", ".join(f"{_short(c['origin'])}@{c['version']} ({c['age_s']:.0f}s)"
+                          for c in s["cache"]) or "-"
+        peers = sum(1 for p in s["peers"] if p["connected"])
+        acc = s["node"]["val_accuracy"]
+        table.add_row(f"node{node.index} {_short(node.id)}", node.address,
+                      str(s["node"]["round"]), str(s["node"]["version"]), cache, str(peers),
+                      "-" if acc is None else f"{acc:.3f}")
     return table
 
 
-def demo(
-    nodes: int = typer.Option(4, "--nodes", min=2, max=16, help="Number of nodes in the mesh."),
-    rounds: int = typer.Option(30, "--rounds", min=1, max=1000, help="Rounds to run."),
-    task: str = typer.Option("digits", "--task", help="Task (only digits in the in-process demo)."),
-    capacity: int = typer.Option(3, "--capacity", min=0, help="Cache capacity C (peer entries)."),
-    tau_max: int = typer.Option(5, "--tau-max", min=0, help="Staleness cutoff in rounds."),
-    seed: int = typer.Option(0, "--seed", help="Seed for data, init, batches and meetings."),
-    as_json: bool = typer.Option(False, "--json", help="Print only the final summary as JSON."),
-) -> None:
-    """Run a live local mesh learning non-IID digits, then print a summary.
+def _summary(nodes: list[MeshNode], statuses: list[dict[str, Any] | None]) -> dict[str, Any]:
+    out = []
+    for node, s in zip(nodes, statuses, strict=True):
+        n = s["node"] if s else {}
+        out.append({"id": node.id, "address": node.address, "round": n.get("round"),
+                    "version": n.get("version"),
+                    "cache": [c["origin"] for c in s["cache"]] if s else [],
+                    "val_accuracy": n.get("val_accuracy")})
+    return {"mode": "namespaces" if nodes and nodes[0].host else "loopback", "nodes": out}
 
-    Each node sees only 3 of the 10 digit classes. Nodes train, meet random peers, swap
-    verified cache entries and blend; the 'isolated' column trains the same nodes alone.
-    """
-    from peerd.inproc import MeshConfig, run_mesh  # torch: imported only when needed
 
-    if task != "digits":
-        raise typer.BadParameter("the in-process demo supports digits only", param_hint="--task")
-    cfg = MeshConfig(nodes=nodes, rounds=rounds, capacity=capacity, tau_max=tau_max, seed=seed)
-    console = Console(stderr=as_json)
+def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Console) -> None:
+    from peerd import netns
+    from peerd.localmesh import local_mesh
+
+    why = netns.unavailable()
+    console.print(f"starting {nodes} daemons " + (
+        "in network namespaces (mDNS on a private bridge)" if why is None else
+        f"on loopback with static peers ({why}; mDNS stays off outside namespaces)"))
+    with tempfile.TemporaryDirectory(prefix="peerd-demo-") as tmp:
+        with local_mesh(Path(tmp), nodes, task=task) as mesh:
+            statuses: list[dict[str, Any] | None] = [None] * nodes
+            start = last_progress = time.monotonic()
+            best = 0
+            try:
+                with Live(console=console, refresh_per_second=4, transient=as_json) as live:
+                    while True:
+                        statuses = [n.status() for n in mesh]
+                        now = time.monotonic()
+                        live.update(Group(_mesh_table(mesh, statuses, rounds, now - start),
+                                          Text("Ctrl-C stops the mesh", style="dim")))
+                        done = [s["node"]["round"] for s in statuses if s]
+                        if done and sum(done) > best:
+                            best, last_progress = sum(done), now
+                        if len(done) == nodes and min(done) >= rounds:
+                            break
+                        if not any(n.alive() for n in mesh):
+                            raise typer.Exit(code=1)
+                        limit = STARTUP_TIMEOUT_S if best == 0 else STALL_TIMEOUT_S
+                        if now - last_progress > limit:
+                            console.print(f"[red]no progress for {limit:.0f} s; logs are in "
+                                          f"{tmp}[/red]")
+                            raise typer.Exit(code=1)
+                        time.sleep(1.0)
+            except KeyboardInterrupt:
+                console.print("[yellow]interrupted: stopping the mesh[/yellow]")
+        summary = _summary(mesh, statuses)
+    if as_json:
+        print(json.dumps(summary))
+        return
+    accs = [n["val_accuracy"] for n in summary["nodes"] if n["val_accuracy"] is not None]
+    if accs:
+        console.print(f"stopped all daemons. mean validation accuracy "
+                      f"[bold]{statistics.fmean(accs):.3f}[/bold] over {len(accs)} nodes")
+
+
+def _run_inprocess(nodes: int, rounds: int, as_json: bool, console: Console) -> None:
+    from peerd.inproc import MeshConfig, run_mesh
+
+    def table(report: RoundReport) -> Table:
+        t = Table(title=f"peerd demo --in-process: round {report.round}/{rounds}")
+        for col in ("node", "version", "cache (origin@version, age)", "accuracy", "isolated"):
+            t.add_column(col)
+        for node, iso in zip(report.nodes, report.isolated_accuracy, strict=True):
+            cache = ", ".join(f"{o}@{v} ({a}r)" for o, v, a in node.cache) or "-"
+            t.add_row(node.id, str(node.version), cache, f"{node.val_accuracy:.3f}",
+                      f"{iso:.3f}")
+        return t
+
     last: RoundReport | None = None
     try:
-        if as_json:
-            for report in run_mesh(cfg):
+        with Live(console=console, refresh_per_second=8, transient=as_json) as live:
+            for report in run_mesh(MeshConfig(nodes=nodes, rounds=rounds)):
                 last = report
-        else:
-            with Live(console=console, refresh_per_second=8) as live:
-                for last in run_mesh(cfg):
-                    live.update(_table(last, rounds))
+                live.update(table(report))
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted: summary of the last completed round[/yellow]")
+        console.print("[yellow]interrupted[/yellow]")
     if last is None:
         raise typer.Exit(code=130)
-    mesh_mean = statistics.fmean(n.val_accuracy for n in last.nodes)
-    alone_mean = statistics.fmean(last.isolated_accuracy)
+    mesh = statistics.fmean(n.val_accuracy for n in last.nodes)
+    alone = statistics.fmean(last.isolated_accuracy)
     if as_json:
-        print(json.dumps({
-            "mode": "in-process",
-            "nodes": [
-                {"id": n.id, "round": n.round, "version": n.version,
-                 "cache": [o for o, _, _ in n.cache], "val_accuracy": n.val_accuracy}
-                for n in last.nodes
-            ],
-            "mean_val_accuracy": mesh_mean,
-            "isolated_mean_val_accuracy": alone_mean,
-        }))
+        print(json.dumps({"mode": "in-process", "nodes": [
+            {"id": n.id, "round": n.round, "version": n.version,
+             "cache": [o for o, _, _ in n.cache], "val_accuracy": n.val_accuracy}
+            for n in last.nodes], "isolated_mean_val_accuracy": alone}))
         return
-    console.print(
-        f"after {last.round} rounds: mesh mean accuracy [bold]{mesh_mean:.3f}[/bold] "
-        f"vs isolated {alone_mean:.3f} (full digits test set, {len(last.nodes)} nodes)"
-    )
+    console.print(f"mean accuracy [bold]{mesh:.3f}[/bold] vs {alone:.3f} trained in isolation")
+
+
+def demo(
+    nodes: Annotated[int, typer.Option("--nodes", min=2, max=16, help="Daemons.")] = 4,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, max=10_000,
+                                        help="Stop once every node did this many.")] = 20,
+    task: Annotated[str, typer.Option("--task", help="digits | mnist | fashion-mnist")] = (
+        "digits"),
+    in_process: Annotated[bool, typer.Option("--in-process",
+                                             help="No processes or sockets; adds an isolated "
+                                                  "baseline.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary.")] = False,
+) -> None:
+    """Start a live local mesh of peerd daemons, show them learn, stop them cleanly.
+
+    Each node trains on its own non-IID slice of the task's data, finds the others, swaps
+    signed cache entries and blends. Ctrl-C stops everything and prints the summary.
+    """
+    if task not in ("digits", "mnist", "fashion-mnist"):
+        raise typer.BadParameter("choose digits, mnist or fashion-mnist", param_hint="--task")
+    console = Console(stderr=as_json)
+    if in_process:
+        if task != "digits":
+            raise typer.BadParameter("--in-process runs digits only", param_hint="--task")
+        _run_inprocess(nodes, rounds, as_json, console)
+    else:
+        _run_mesh(nodes, rounds, task, as_json, console)

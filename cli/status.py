@@ -23,7 +23,7 @@ from peerd.config import DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, ConfigError, load_
 from peerd.control import DEFAULT_TIMEOUT_S, ControlError, request
 from peerd.protocol.identity import node_id_of
 from peerd.protocol.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key
-from peerd.state import ENTRY_BLOB_PREFIX, StateDir, StateError
+from peerd.state import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir, StateError
 
 EXIT_ERROR = 1
 #: Like `systemctl status` for an inactive unit: scripts can tell "down" from "broken".
@@ -141,12 +141,30 @@ def offline_status(state_dir: Path) -> dict[str, Any]:
     # one place that knows the format, and the directory exists already (checked above).
     state = StateDir(state_dir)
     counters = state.load_counters()
-    cache = [{"blob": name, "bytes": (state.blobs / name).stat().st_size}
-             for name in state.list_blobs(ENTRY_BLOB_PREFIX)]
+    index = _cache_index(state)
+    cache = []
+    for name in state.list_blobs(ENTRY_BLOB_PREFIX):
+        origin = name.removeprefix(ENTRY_BLOB_PREFIX)
+        meta = index.get(origin)
+        meta = meta if isinstance(meta, dict) else {}
+        cache.append({"origin": origin, "version": meta.get("version"),
+                      "received_from": meta.get("received_from"),
+                      "received_at": meta.get("received_at"),
+                      "blob": name, "bytes": (state.blobs / name).stat().st_size})
     return {"running": False, "state_dir": str(state_dir),
             "node": {"id": node_id, "round": counters.round, "version": counters.version,
                      "counters_lost": counters.lost},
             "cache": cache}
+
+
+def _cache_index(state: StateDir) -> dict[str, Any]:
+    # Written by the daemon (peerd.persist); its absence or an odd shape only costs detail.
+    raw = state.read_blob(CACHE_INDEX_BLOB)
+    try:
+        index = json.loads(raw) if raw is not None else {}
+    except ValueError:
+        return {}
+    return index if isinstance(index, dict) else {}
 
 
 def _print_offline(console: Console, info: dict[str, Any], as_json: bool) -> None:
@@ -159,8 +177,14 @@ def _print_offline(console: Console, info: dict[str, Any], as_json: bool) -> Non
                   f"version {node['version']}")
     if node["counters_lost"]:
         console.print("[red]the counter files were corrupt and have been quarantined[/red]")
-    console.print(f"{len(info['cache'])} persisted cache entries: "
-                  + (", ".join(c["blob"] for c in info["cache"]) or "none"))
+    table = Table(title=f"persisted cache ({len(info['cache'])} entries, not verified)")
+    for col in ("origin", "version", "from", "received", "bytes"):
+        table.add_column(col, justify="right" if col in ("version", "bytes") else "left",
+                         overflow="fold")
+    for c in info["cache"]:
+        table.add_row(str(c["origin"]), _fmt(c["version"]), _short(c["received_from"]),
+                      _ts(c["received_at"]), str(c["bytes"]))
+    console.print(table)
 
 
 def status(

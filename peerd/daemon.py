@@ -39,6 +39,7 @@ from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
 from peerd.discovery import PeerHint, open_discovery
 from peerd.gossip import SessionContext, run_session
+from peerd.metrics import StatusMetrics, start_metrics_server
 from peerd.node import NodeState, sign_own
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
@@ -145,6 +146,7 @@ class Daemon:
         self._wake_gossip = trio.Event()
         self.listen_addrs: list[str] = []
         self.ready = trio.Event()
+        self._metrics: StatusMetrics | None = None
         self._restore()
 
     # ------------------------------------------------------------------ state
@@ -210,6 +212,8 @@ class Daemon:
         acc = "-" if m.val_accuracy is None else f"{m.val_accuracy:.3f}"
         log.info("round %d: version %d, loss %.4f, val acc %s, cache %d", node.round, m.version,
                  m.train_loss, acc, len(node.cache))
+        if self._metrics is not None:
+            self._metrics.update(self.status())
         sdnotify.status(f"round {node.round}, version {m.version}, {len(node.cache)} cached, "
                         f"{len(self.peers)} peers")
 
@@ -295,6 +299,8 @@ class Daemon:
             self._wake_gossip.set()
         else:
             peer.addrs, peer.last_seen = hint.multiaddrs, self.now()
+            if peer.source == "inbound":  # it dialled us first; now we know where it lives
+                peer.source = "mdns"
 
     def _add_static_peers(self) -> None:
         for addr in self.cfg.network.static_peers:
@@ -305,6 +311,19 @@ class Daemon:
 
     # ------------------------------------------------------------------ run
     async def run(self) -> None:
+        cfg = self.cfg
+        stop_metrics = None
+        if cfg.network.metrics_listen:
+            self._metrics = StatusMetrics()
+            port, stop_metrics = start_metrics_server(cfg.network.metrics_listen, self._metrics)
+            log.info("metrics on %s (port %d)", cfg.network.metrics_listen, port)
+        try:
+            await self._run()
+        finally:
+            if stop_metrics is not None:
+                stop_metrics()
+
+    async def _run(self) -> None:
         cfg = self.cfg
         tcfg = TransportConfig(listen_host=cfg.network.listen_host,
                                listen_port=cfg.network.listen_port)

@@ -263,6 +263,23 @@ def shard_counts(num_agents: int) -> np.ndarray:
     return np.asarray(counts, dtype=np.int64)
 
 
+def check_partition_spec(spec: str) -> float:
+    """Validate a partition spec; returns the Dirichlet concentration (0.0 for the others)."""
+    if spec in ("iid", "shards"):
+        return 0.0
+    if spec.startswith("dirichlet:"):
+        try:
+            pi = float(spec.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(
+                f"bad partition {spec!r}: expected dirichlet:<positive float>"
+            ) from None
+        if not (pi > 0 and np.isfinite(pi)):
+            raise ValueError(f"bad partition {spec!r}: the concentration must be > 0")
+        return pi
+    raise ValueError(f"unknown partition {spec!r}; choose iid, shards or dirichlet:PI")
+
+
 def partition(
     labels: np.ndarray | torch.Tensor, num_agents: int, spec: str, rng: np.random.Generator
 ) -> list[np.ndarray]:
@@ -272,24 +289,15 @@ def partition(
     """
     y = labels.numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
     n = len(y)
+    pi = check_partition_spec(spec)
     if num_agents < 1 or num_agents > n:
         raise ValueError(f"need 1 <= agents <= {n} samples, got {num_agents}")
     if spec == "iid":
         parts = np.array_split(rng.permutation(n), num_agents)
     elif spec == "shards":
         parts = _shards(y, num_agents, rng)
-    elif spec.startswith("dirichlet:"):
-        try:
-            pi = float(spec.split(":", 1)[1])
-        except ValueError:
-            raise ValueError(
-                f"bad partition {spec!r}: expected dirichlet:<positive float>"
-            ) from None
-        if not pi > 0:
-            raise ValueError(f"bad partition {spec!r}: the concentration must be > 0")
-        parts = _dirichlet(y, num_agents, pi, rng)
     else:
-        raise ValueError(f"unknown partition {spec!r}; choose iid, shards or dirichlet:PI")
+        parts = _dirichlet(y, num_agents, pi, rng)
     return [np.sort(p).astype(np.int64) for p in parts]
 
 

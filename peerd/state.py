@@ -11,7 +11,7 @@ Bodies are opaque bytes: the daemon stores signed wire frames (verified again wh
 never pickles. Layout of a state directory (0700, files 0600)::
 
     node.key            identity key (written by peerd.protocol.keyfile, not here)
-    blobs/NAME          blob store (cache entries, own checkpoint, manifest)
+    blobs/NAME          blob store (entry-<origin>, own.entry, manifest, cache.index)
     counters.a/.b       round and version, two copies (see Counters)
     audit.log[.1-.3]    JSON lines, rotated by size
     quarantine/         corrupt files, kept for inspection, oldest deleted past a bound
@@ -61,9 +61,12 @@ MAX_AUDIT_LINE = 4096
 #: copies of them; the oldest are deleted first.
 MAX_QUARANTINE_FILES = 64
 
-#: Blob-name prefix of persisted cache entries (``entry.<origin>``): `peerd status
-#: --state-dir` lists these while the daemon is down.
-ENTRY_BLOB_PREFIX = "entry."
+#: Blob-name prefix of persisted cache entries (``entry-<origin>``, as peerd.persist writes
+#: them): `peerd status --state-dir` lists these while the daemon is down.
+ENTRY_BLOB_PREFIX = "entry-"
+#: JSON index of the persisted cache (origin -> version, received_from, received_at), kept
+#: by peerd.persist; read (best effort) by the offline status view.
+CACHE_INDEX_BLOB = "cache.index"
 
 _TMP_PREFIX = ".tmp-"
 _COUNTER_FILES = ("counters.a", "counters.b")

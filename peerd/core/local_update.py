@@ -97,6 +97,7 @@ def local_update(
         anchors = [p.detach().clone() for p in params]
     else:
         anchors = [anchor[n].detach() for n, _ in named]
+    neg_rho_anchor = torch._foreach_mul(anchors, -rho) if rho != 0 else []
     criterion = _criterion(loss)
     opt = torch.optim.SGD(params, lr=lr, foreach=True)
     batches = sample_batches(X.shape[0], batch_size, steps, generator)
@@ -109,9 +110,10 @@ def local_update(
         value.backward()  # type: ignore[no-untyped-call]
         if rho != 0:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            # ∇ of ρ/2‖x − x̄‖² is ρ(x − x̄); fused foreach kernels keep this ~free.
-            diffs = torch._foreach_sub([p.detach() for p in params], anchors)
-            torch._foreach_add_(grads, diffs, alpha=rho)
+            # ∇ of ρ/2‖x − x̄‖² is ρ(x − x̄) = ρx + (−ρx̄): two in-place foreach kernels over
+            # the parameters, no temporaries (−ρx̄ is computed once per round, above).
+            torch._foreach_add_(grads, [p.detach() for p in params], alpha=rho)
+            torch._foreach_add_(grads, neg_rho_anchor)
             for p, g in zip(params, grads, strict=True):
                 p.grad = g
         opt.step()

@@ -62,6 +62,7 @@ def write_plots(result: SimResult, out: Path) -> list[Path]:
 
     matplotlib.use("Agg")  # files only: never open a window, works without a display
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     cfg = result.config
     title = (
@@ -77,6 +78,7 @@ def write_plots(result: SimResult, out: Path) -> list[Path]:
         hi = [r.accuracy_mean + r.accuracy_std for r in rows]
         (line,) = ax.plot(xs, mean, label=alg)
         ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (mean ± std over agents)")
     ax.set_title(title)
@@ -93,6 +95,7 @@ def write_plots(result: SimResult, out: Path) -> list[Path]:
         fig, ax1 = plt.subplots(figsize=(7, 4.5))
         xs = [r.round for r in rows]
         ax1.plot(xs, [r.cache_avg_models for r in rows], color="tab:blue", label="cached models")
+        ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax1.set_xlabel("round")
         ax1.set_ylabel("avg cached models per agent", color="tab:blue")
         ax2 = ax1.twinx()

@@ -18,7 +18,7 @@ import torch
 
 from peerd.core.alpha import AlphaPolicy
 from peerd.core.entry import flatten
-from peerd.data import Dataset, load_dataset, partition
+from peerd.data import DATASETS, Dataset, check_partition_spec, load_dataset, partition
 from peerd.models import build_model, default_model_kind
 from peerd.sim.algorithms import ALGORITHMS, CachedDFL, dfl_round, fedavg_round
 from peerd.sim.mobility import GridConfig, ManhattanMobility, contacts
@@ -72,6 +72,11 @@ class SimConfig:
         if not self.lr > 0:
             raise ValueError("lr must be > 0")
         AlphaPolicy.parse(self.alpha)
+        if self.dataset not in DATASETS:
+            raise ValueError(
+                f"unknown dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}"
+            )
+        check_partition_spec(self.partition)  # before any data is loaded
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -85,21 +85,26 @@ def test_status_offline_reads_the_state_dir(tmp_path: Path) -> None:
     node_id = node_id_of(read_private_key(state / NODE_KEY_FILE))
     sd = StateDir(state)
     sd.save_counters(Counters(round=12, version=9))
-    sd.write_blob("entry.12D3KooWpeer", b"frame")
-    sd.write_blob("checkpoint", b"model")
+    sd.write_blob("entry-12D3KooWpeer", b"frame")
+    sd.write_blob("own.entry", b"model")
+    sd.write_blob("cache.index", json.dumps({"12D3KooWpeer": {
+        "version": 4, "received_from": "12D3KooWrelay", "received_at": 1_800_000_000.0}}).encode())
     socket = str(tmp_path / "none.sock")
     human = runner.invoke(app, ["status", "--socket", socket, "--state-dir", str(state)])
     assert human.exit_code == EXIT_NOT_RUNNING
     assert "peerd is not running" in human.stdout
     assert "round 12" in human.stdout and "version 9" in human.stdout
-    assert node_id in human.stdout and "entry.12D3KooWpeer" in human.stdout
+    assert node_id in human.stdout and "12D3KooWpeer" in human.stdout
+    assert "persisted cache (1 entries" in human.stdout
     as_json = runner.invoke(app, ["status", "--json", "--socket", socket,
                                   "--state-dir", str(state)])
     info = json.loads(as_json.stdout)
     assert info["running"] is False
     assert info["node"] == {"id": node_id, "round": 12, "version": 9, "counters_lost": False}
-    assert info["cache"] == [{"blob": "entry.12D3KooWpeer",
-                              "bytes": (sd.blobs / "entry.12D3KooWpeer").stat().st_size}]
+    assert info["cache"] == [{"origin": "12D3KooWpeer", "version": 4,
+                              "received_from": "12D3KooWrelay", "received_at": 1_800_000_000.0,
+                              "blob": "entry-12D3KooWpeer",
+                              "bytes": (sd.blobs / "entry-12D3KooWpeer").stat().st_size}]
 
 
 def test_status_offline_without_state(tmp_path: Path) -> None:

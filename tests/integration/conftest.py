@@ -7,6 +7,7 @@ from contextlib import ExitStack
 
 import pytest
 
+from tests.integration.topology import Topology, topology
 from tests.transport.netns import NetnsHost, netns_lan, skip_reason
 
 
@@ -21,3 +22,14 @@ def lan() -> Iterator[Callable[[int], list[NetnsHost]]]:
         pytest.skip(reason)
     with ExitStack() as stack:
         yield lambda n: stack.enter_context(netns_lan(n))
+
+
+@pytest.fixture
+def net() -> Iterator[Topology]:
+    """An empty :func:`tests.integration.topology.topology` (bridges and hosts added by the
+    test), deleted at teardown; skipped, with the reason, where namespaces are unavailable."""
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with topology() as t:
+        yield t

@@ -96,7 +96,9 @@ class Node:
 
 def make_fleet(root: Path, n: int, *, hosts: list[NetnsHost] | None = None, mdns: bool = False,
                base_port: int = 47100, learning: dict[str, Any] | None = None,
-               task: dict[str, Any] | None = None) -> list[Node]:
+               task: dict[str, Any] | None = None, admit: int | None = None) -> list[Node]:
+    """n nodes of one fleet; only the first ``admit`` (default: all) are in its manifest,
+    the rest are outsiders with a valid key and config but no membership."""
     fleet = root / "fleet"
     peerd("fleet", "init", str(fleet))
     nodes: list[Node] = []
@@ -104,7 +106,8 @@ def make_fleet(root: Path, n: int, *, hosts: list[NetnsHost] | None = None, mdns
         d = root / f"node{i}"
         out = peerd("keygen", "--state-dir", str(d)).stdout
         node_id = next(w for w in out.split() if w.startswith("12D3KooW"))
-        peerd("fleet", "admit", "--fleet", str(fleet), node_id)
+        if admit is None or i < admit:
+            peerd("fleet", "admit", "--fleet", str(fleet), node_id)
         nodes.append(Node(f"node{i}", d, node_id, base_port + i, hosts[i] if hosts else None))
     for i, node in enumerate(nodes):
         peerd("init", "--fleet", str(fleet), "--state-dir", str(node.dir), "--socket",
@@ -164,6 +167,14 @@ def wait_for(cond: Callable[[], bool], timeout: float, what: str, nodes: list[No
         time.sleep(0.5)
     logs = "\n".join(f"--- {n.name}\n{n.logs()[-2000:]}" for n in nodes)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
+
+
+def audit(node: Node) -> list[dict[str, Any]]:
+    """The node's audit log (``<state_dir>/audit.log``, JSON lines), oldest first."""
+    path = node.dir / "audit.log"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def cached_origins(node: Node) -> set[str]:

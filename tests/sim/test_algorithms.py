@@ -96,3 +96,15 @@ def test_fedavg_gives_everyone_the_example_weighted_mean() -> None:
     trained = torch.tensor([[0.0, 1.0], [4.0, 1.0]])
     out = fedavg_round(trained, [3, 1])
     assert out.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_staleness_policy_down_weights_older_cached_models() -> None:
+    # Round 0: 0 and 1 meet. Round 1: no contact, so 0 blends its fresh own model (age 0)
+    # with 1's round-0 model (age 1): (1+s)^-1 gives raw weights 1 and 1/2.
+    sim = CachedDFL(
+        2, 1, [1, 1], capacity=2, tau_max=5, policy=AlphaPolicy.parse("staleness:poly:1")
+    )
+    sim.round(torch.tensor([[0.0], [3.0]]), 0, [_pairs((0, 1))])
+    blended, stats = sim.round(torch.tensor([[6.0], [9.0]]), 1, [])
+    assert stats.avg_age == 1.0
+    assert blended[0, 0].item() == pytest.approx((6.0 * 1 + 3.0 * 0.5) / 1.5)

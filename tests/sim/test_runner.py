@@ -118,6 +118,10 @@ def test_config_validation() -> None:
         SimConfig(agents=0).validate()
     with pytest.raises(ValueError, match="alpha"):
         SimConfig(alpha="bogus").validate()
+    with pytest.raises(ValueError, match="unknown dataset"):
+        SimConfig(dataset="cifar-10").validate()
+    with pytest.raises(ValueError, match="partition"):
+        SimConfig(partition="dirichlet:abc").validate()
 
 
 def test_cli_json(tmp_path: Path) -> None:
