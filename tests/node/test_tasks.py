@@ -1,0 +1,131 @@
+"""Tasks: packaged datasets split per node, CSV files re-read every round, users' own tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from peerd.core.alpha import AlphaPolicy
+from peerd.core.staleness import Clock
+from peerd.tasks import CsvTask, DatasetTask, TaskData, TaskError, load_task
+from peerd.trainer import RoundInput, run_round
+
+
+def write_csv(path: Path, rows: list[tuple[object, ...]], header: str = "a,b,label") -> None:
+    path.write_text(header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+
+
+def test_digits_parts_of_one_fleet_are_disjoint_and_cover_the_training_set() -> None:
+    parts = [load_task("digits", partition_spec="shards", node_index=i, node_count=3, seed=1)
+             for i in range(3)]
+    assert all(isinstance(p, DatasetTask) for p in parts)
+    sizes = [len(p.data().y_train) for p in parts]
+    total = load_task("digits", partition_spec="iid", node_count=1).data().y_train
+    # equal-size shards may leave a remainder of a few rows unassigned, never more
+    assert 0.99 * len(total) <= sum(sizes) <= len(total)
+    rows = [{tuple(r.tolist()) for r in p.data().X_train} for p in parts]
+    assert not (rows[0] & rows[1]) and not (rows[1] & rows[2])
+    # all nodes evaluate on the same full test set, so accuracies are comparable
+    assert torch.equal(parts[0].data().X_val, parts[2].data().X_val)
+    # and build the same initial model: blending needs a common starting point
+    a, b = parts[0].model().state_dict(), parts[1].model().state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_node_index_outside_the_fleet_is_refused() -> None:
+    with pytest.raises(TaskError):
+        load_task("digits", node_index=3, node_count=3)
+
+
+def test_csv_is_reread_every_round_so_new_rows_are_used(tmp_path: Path) -> None:
+    write_csv(tmp_path / "day1.csv", [(i, i % 3, i % 2) for i in range(40)])
+    task = load_task("csv", csv_glob=str(tmp_path / "*.csv"), csv_features=("a", "b"))
+    first = task.data()
+    write_csv(tmp_path / "day2.csv", [(i, 1, i % 2) for i in range(40, 100)])
+    second = task.data()
+    assert len(first.y_train) + len(first.y_val) == 40
+    assert len(second.y_train) + len(second.y_val) == 100
+    # a row's split is stable across re-reads (hash of the row, not of its position)
+    assert set(first.X_val[:, 0].tolist()) <= set(second.X_val[:, 0].tolist())
+    assert 0 < len(second.y_val) < 50
+
+
+def test_csv_malformed_and_non_finite_rows_are_skipped_not_fatal(tmp_path: Path) -> None:
+    write_csv(tmp_path / "d.csv", [(1, 2, 0), ("x", 2, 1), (3, "nan", 1), (4, 5, 1), (6, 7)])
+    data = load_task("csv", csv_glob=str(tmp_path / "d.csv")).data()
+    # (6, 7) lacks its label; with no row held out, validation falls back to the train rows
+    assert data.X_train.tolist() == [[1.0, 2.0], [4.0, 5.0]]
+    assert data.y_train.tolist() == [0, 1]
+
+
+def test_csv_default_features_are_all_columns_but_the_label(tmp_path: Path) -> None:
+    write_csv(tmp_path / "d.csv", [(i, -i, i % 2) for i in range(20)])
+    task = load_task("csv", csv_glob=str(tmp_path / "d.csv"))
+    assert isinstance(task, CsvTask)
+    model = task.model()
+    assert isinstance(model, nn.Module) and task.features == ("a", "b")
+
+
+def test_csv_regression_uses_mse_and_float_targets(tmp_path: Path) -> None:
+    write_csv(tmp_path / "r.csv", [(i, 2 * i, 0.5 * i) for i in range(30)], header="a,b,y")
+    task = load_task("csv", csv_glob=str(tmp_path / "r.csv"), csv_label="y",
+                     csv_kind="regression")
+    assert task.loss == "mse"
+    assert task.data().y_train.dtype == torch.float32
+
+
+def test_csv_problems_have_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="no CSV files"):
+        load_task("csv", csv_glob=str(tmp_path / "none*.csv")).data()
+    write_csv(tmp_path / "d.csv", [(1, 2, 0)], header="a,b,target")
+    with pytest.raises(TaskError, match="missing columns"):
+        load_task("csv", csv_glob=str(tmp_path / "d.csv"), csv_features=("a",)).data()
+    write_csv(tmp_path / "neg.csv", [(1, 2, -1)])
+    with pytest.raises(TaskError, match="integers >= 0"):
+        load_task("csv", csv_glob=str(tmp_path / "neg.csv")).data()
+
+
+class Toy:
+    name = "toy"
+    loss = "cross_entropy"
+
+    def model(self) -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Linear(2, 2)
+
+    def data(self) -> TaskData:
+        X = torch.tensor([[0.0, 1.0], [1.0, 0.0]] * 8)
+        y = torch.tensor([0, 1] * 8)
+        return TaskData(X, y, X, y)
+
+
+def make_toy() -> Toy:
+    return Toy()
+
+
+def test_a_users_own_task_by_module_path() -> None:
+    task = load_task("tests.node.test_tasks:make_toy")
+    assert task.name == "toy"
+    with pytest.raises(TaskError):
+        load_task("tests.node.test_tasks:nothing_here")
+    with pytest.raises(TaskError):
+        load_task("no-such-task")
+
+
+def test_a_round_blends_the_cache_trains_and_reports() -> None:
+    from peerd.core.entry import CacheItem, Entry
+
+    task = Toy()
+    model = task.model()
+    peer = Entry.create(origin="peer", version=1, created_at=90.0, num_examples=16,
+                        params={k: torch.zeros_like(v) for k, v in model.state_dict().items()})
+    inp = RoundInput(own_id="me", cache=(CacheItem(peer.meta, "peer", 95.0),), peers=(peer,),
+                     clock=Clock.time(100.0), policy=AlphaPolicy.parse("uniform"), steps=20,
+                     batch_size=4, lr=0.5, rho=0.0, seed=0)
+    out = run_round(model, task, inp)
+    assert out.alpha == {"me": 0.5, "peer": 0.5}
+    assert out.examples == 16 and out.val_accuracy == 1.0
+    assert out.drift["peer"] > 0
