@@ -11,6 +11,7 @@ in the number of received entries.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 
 import torch
@@ -105,7 +106,12 @@ def main() -> None:
     blend = bench_blend(params, 10, rep)
     lu = bench_local_update(10, rep)
     sizes = (1_000, 10_000)
-    mg = bench_merge(sizes, rep)
+    # Merges take milliseconds: many more repetitions, and no GC pauses inside the timings.
+    gc.disable()
+    try:
+        mg = bench_merge(sizes, rep * 5)
+    finally:
+        gc.enable()
     per_entry = {n: t / n * 1e6 for n, t in mg.items()}
     linear_ratio = (mg[10_000] / mg[1_000]) / 10
 

@@ -17,6 +17,7 @@ atomic), discovery sends goodbye packets, the transport closes its host, the soc
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import math
@@ -59,6 +60,20 @@ GOSSIP_INTERVAL_S = 3.0
 SESSION_TIMEOUT_S = 300.0
 #: Peers unseen this long are dropped from the table (discovery re-adds live ones).
 PEER_FORGET_S = 600.0
+
+
+def _release_freed_memory() -> None:
+    """Hand freed heap back to the OS after a round (glibc keeps it otherwise).
+
+    A round allocates and frees several model-sized buffers (blend stack, snapshots, the
+    signing payload) in worker threads; glibc's per-thread arenas would keep that memory
+    resident between rounds, several times the model size on a small device.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to do
+        pass
 
 
 class DaemonError(RuntimeError):
@@ -203,7 +218,8 @@ class Daemon:
                 lambda: sign_own(self.key, node.fleet_id, params=out.params, version=version,
                                  created_at=self.now(), num_examples=out.examples))
             node.set_own(entry, message)
-            m.version, m.published_params = version, out.params
+            # Shares the entry's tensors: the last published model is kept once, not twice.
+            m.version, m.published_params = version, dict(entry.params)
             await trio.to_thread.run_sync(persist.save_own, self.state, node)
             self._wake_gossip.set()
         else:
@@ -212,6 +228,7 @@ class Daemon:
         acc = "-" if m.val_accuracy is None else f"{m.val_accuracy:.3f}"
         log.info("round %d: version %d, loss %.4f, val acc %s, cache %d", node.round, m.version,
                  m.train_loss, acc, len(node.cache))
+        _release_freed_memory()
         if self._metrics is not None:
             self._metrics.update(self.status())
         sdnotify.status(f"round {node.round}, version {m.version}, {len(node.cache)} cached, "

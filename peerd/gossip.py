@@ -28,6 +28,7 @@ from typing import Protocol, TypeVar
 import trio
 
 from peerd.core.reasons import Reason
+from peerd.framing import FrameTooLargeError
 from peerd.node import NodeState, verify, wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import entry_frame_limit
@@ -111,6 +112,16 @@ async def run_session(
                 await _send(io, msg.Error(exc.code, exc.message[:200]))
         except Exception as send_exc:  # best effort: the stream may already be gone
             log.debug("could not tell %s why: %s", peer_id, send_exc)
+    except FrameTooLargeError as exc:
+        # A length prefix above the limit is a refusal like any other (counted, audited by
+        # the caller), not a mere transport failure. The stream is desynchronised (the body
+        # was not read), so no Error frame: reset it where the stream can be reset.
+        node.reject(Reason.TOO_LARGE)
+        result.refused[str(Reason.TOO_LARGE)] = result.refused.get(str(Reason.TOO_LARGE), 0) + 1
+        log.info("session with %s ended: %s", peer_id, exc)
+        reset = getattr(io, "reset", None)
+        if reset is not None:
+            await reset()
     return result
 
 
@@ -140,8 +151,12 @@ async def _exchange(
     node.manifest.check_member(peer_id, ctx.now())  # NOT_MEMBER / REVOKED / EXPIRED
 
     their_digest = await _turn(io, initiator, node.digest(), msg.Digest)
-    their_want = await _turn(io, initiator, node.wants(their_digest, ctx.now()), msg.Want)
-    my_want = node.wants(their_digest, ctx.now())  # recomputed: the cache may have moved
+    # The peer may send exactly what this Want asked for. It must not be recomputed later:
+    # a concurrent session can move the cache meanwhile, and checking the peer's
+    # announcement against a Want it never saw refused honest peers as "malformed". An
+    # entry no longer needed by the time it arrives is dropped by the ledger as not_newer.
+    my_want = node.wants(their_digest, ctx.now())
+    their_want = await _turn(io, initiator, my_want, msg.Want)
 
     for sending in (initiator, not initiator):
         if sending:

@@ -140,8 +140,12 @@ def sign_own(
     created_at: float,
     num_examples: int,
 ) -> tuple[Entry, msg.Entry]:
-    """Snapshot ``params``, sign them as this node's entry (thread-safe, CPU-heavy)."""
-    snapshot = {k: v.detach().clone().contiguous() for k, v in params.items()}
+    """Sign ``params`` as this node's entry (thread-safe, CPU-heavy).
+
+    The entry keeps (and the signature covers) these very tensors, without a copy: the caller
+    hands over a snapshot it will never modify (the trainer returns fresh clones).
+    """
+    snapshot = {k: v.detach().contiguous() for k, v in params.items()}
     arrays, bf16 = to_wire_arrays(snapshot)
     signed: SignedEntry = sign_entry(
         key, fleet_id, version=version, created_at=created_at,

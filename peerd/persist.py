@@ -29,8 +29,9 @@ INDEX_BLOB = "cache.index"
 ENTRY_PREFIX = "entry-"
 
 
-def _frame(message: msg.Entry) -> bytes:
-    return message.head() + bytes(message.payload)
+def _frame(message: msg.Entry) -> list[bytes | memoryview]:
+    """The entry frame's body as parts (head, payload): written without joining them."""
+    return [message.head(), memoryview(message.payload)]
 
 
 def _entry_blob(origin: str) -> str:

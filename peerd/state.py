@@ -31,6 +31,7 @@ import stat
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,20 +112,32 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, body: bytes) -> None:
+Body = bytes | bytearray | memoryview
+
+
+def atomic_write(path: Path, body: Body | Sequence[Body]) -> None:
     """Store ``body`` (with header) at ``path`` atomically, mode 0600.
 
+    ``body`` may be a sequence of parts, written back to back: a 44 MB entry is then hashed
+    and written where it lies instead of being joined into one more copy first.
     Raises :class:`StateError` on any OS error (ENOSPC included); the old file is untouched
     and the temporary file removed.
     """
-    data = memoryview(encode(body))
+    parts = [memoryview(body)] if isinstance(body, Body) else [memoryview(p) for p in body]
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    length = sum(part.nbytes for part in parts)
+    chunks = [memoryview(_HEADER.pack(MAGIC, FORMAT_VERSION, 0, length, digest.digest())),
+              *(part.cast("B") for part in parts)]
     tmp = path.parent / f"{_TMP_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            while data:
-                written = os.write(fd, data)
-                data = data[written:]
+            for data in chunks:
+                while data:
+                    written = os.write(fd, data)
+                    data = data[written:]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -248,11 +261,14 @@ class StateDir:
                              f"not starting with '.' or '-', at most {MAX_BLOB_NAME_LEN} chars")
         return self.blobs / name
 
-    def write_blob(self, name: str, data: bytes) -> None:
-        """Store ``data`` under ``name`` atomically (StateError on failure, old copy kept)."""
+    def write_blob(self, name: str, data: Body | Sequence[Body]) -> None:
+        """Store ``data`` (bytes, or parts written back to back) under ``name`` atomically
+        (StateError on failure, old copy kept)."""
         path = self._blob_path(name)
-        if len(data) > MAX_BLOB_LEN:
-            raise ValueError(f"blob {name!r} is {len(data)} bytes, over {MAX_BLOB_LEN}")
+        size = (memoryview(data).nbytes if isinstance(data, Body)
+                else sum(memoryview(p).nbytes for p in data))
+        if size > MAX_BLOB_LEN:
+            raise ValueError(f"blob {name!r} is {size} bytes, over {MAX_BLOB_LEN}")
         atomic_write(path, data)
 
     def read_blob(self, name: str) -> bytes | None:

@@ -1,8 +1,9 @@
 """The libp2p shell: one host (TCP + Noise + Yamux, Ed25519 identity) behind a small trio API.
 
 Everything libp2p lives in this module, so the gossip layer sees only peer-id strings,
-multiaddr strings, :class:`Stream` objects and :class:`TransportError`. The mends for the
-py-libp2p 0.8.1 defects listed in ``shared/README.md`` are applied here:
+multiaddr strings, :class:`Stream` objects and :class:`TransportError`. The libp2p-free
+parts, :mod:`peerd.framing` and :mod:`peerd.transport_config`, are re-exported from here.
+The mends for the py-libp2p 0.8.1 defects listed in ``shared/README.md`` are applied here:
 
 1. the inbound connection cap counts connections over the host's *lifetime* (a slot is
    held until the swarm ends), so it is raised far above anything a LAN node will see;
@@ -28,20 +29,15 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-import struct
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import libp2p.network.swarm as _libp2p_swarm
 import multiaddr  # no stubs/py.typed in 0.2.0
 import trio
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey as CryptoEd25519PrivateKey,
-)
 from libp2p import new_host
 from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
 from libp2p.crypto.ed25519 import Ed25519PublicKey, create_new_key_pair
@@ -56,92 +52,36 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
+# Framing, settings and counters live in libp2p-free modules; what callers use is
+# re-exported ("X as X") so that they keep importing the wire API from this one module.
+from peerd.framing import FramedStream as FramedStream
+from peerd.framing import FrameTooLargeError as FrameTooLargeError
+from peerd.framing import StreamClosedError as StreamClosedError
+from peerd.framing import TransportError as TransportError
+from peerd.framing import TransportTimeoutError as TransportTimeoutError
+from peerd.framing import read_frame as read_frame
+from peerd.framing import write_frame as write_frame
+from peerd.framing import write_frame_parts as write_frame_parts
+from peerd.transport_config import (
+    DISCONNECT_TIMEOUT_S,
+    HOST_CLOSE_TIMEOUT_S,
+    MAX_TRACKED_PEERS,
+    STREAM_CLOSE_TIMEOUT_S,
+    STREAM_OPEN_TIMEOUT_S,
+    check_port_free,
+    seed_of,
+)
+from peerd.transport_config import PROTOCOL_ID as PROTOCOL_ID
+from peerd.transport_config import IdentityKey as IdentityKey
+from peerd.transport_config import PeerStats as PeerStats
+from peerd.transport_config import StreamLimitError as StreamLimitError
+from peerd.transport_config import TransportConfig as TransportConfig
+from peerd.transport_config import tcp_multiaddr as tcp_multiaddr
+
 logger = logging.getLogger(__name__)
 
-PROTOCOL_ID = "/peerd/cache/1.0.0"
 
-# --- limits and deadlines ---------------------------------------------------------------
-
-#: Lifetime inbound-connection budget. py-libp2p sizes its inbound limiter as
-#: max_connections - min_connections and never returns a slot while the host runs; at the
-#: default (250) a node stops accepting anyone after 250 reconnects. 10**6 reconnects at
-#: ~15 KB leaked each is ~15 GB, i.e. the daemon would be restarted long before this bites.
-MAX_LIFETIME_INBOUND_CONNECTIONS = 1_000_000
-#: Connect + Noise handshake + Yamux negotiation; bounds a peer (or a closed/filtered port)
-#: that accepts TCP and then stalls, so a dial never blocks gossip indefinitely.
-DIAL_TIMEOUT_S = 10.0
-#: Opening a stream (multistream-select of our protocol) on an existing connection.
-STREAM_OPEN_TIMEOUT_S = 10.0
-#: Waiting for a frame to *start* (header bytes); bounds an idle peer holding a stream.
-READ_TIMEOUT_S = 30.0
-#: Waiting to push the first bytes of a frame; bounds a peer that never opens its window.
-WRITE_TIMEOUT_S = 30.0
-#: Slowest sustained rate we tolerate for a frame body; with the base timeout above it
-#: gives each frame a deadline of base + len / rate, which defeats a trickling (slowloris)
-#: peer without failing a 44 MB entry on a slow Wi-Fi link (44 MB at 256 KiB/s ~ 170 s).
-MIN_TRANSFER_RATE_BPS = 256 * 1024
-#: Closing/resetting one stream; a peer that never acknowledges cannot hold us.
-STREAM_CLOSE_TIMEOUT_S = 5.0
-#: Closing the whole host (all connections) at shutdown; systemd waits 90 s by default.
-HOST_CLOSE_TIMEOUT_S = 10.0
-#: Closing connections to one peer on request.
-DISCONNECT_TIMEOUT_S = 5.0
-#: Whole lifetime of one inbound stream handler; a peer cannot pin a handler task forever.
-HANDLER_TIMEOUT_S = 600.0
-#: Concurrent inbound streams one peer may hold; more are reset at once (stream floods).
-MAX_INBOUND_STREAMS_PER_PEER = 8
-#: Concurrent outbound streams we open to one peer (keeps our own gossip from piling up).
-MAX_OUTBOUND_STREAMS_PER_PEER = 8
-#: Peers whose counters we keep; identities cost nothing to mint, so entries of peers
-#: that are gone (no connection, no stream) are dropped beyond this, oldest first.
-MAX_TRACKED_PEERS = 4096
-#: Largest single read from Yamux; memory for a frame grows only with bytes received.
-READ_CHUNK_LEN = 1024 * 1024
-#: The 4-byte big-endian length prefix cannot express more than this.
-MAX_FRAME_LEN = 2**32 - 1
-
-_HEADER = struct.Struct(">I")
-
-
-class TransportError(Exception):
-    """Any failure on the wire; the caller drops the stream/peer and carries on."""
-
-
-class TransportTimeoutError(TransportError):
-    """A network await ran past its deadline."""
-
-
-class StreamClosedError(TransportError):
-    """The remote closed (EOF) or reset the stream."""
-
-
-class FrameTooLargeError(TransportError):
-    """A length prefix exceeded the caller's limit; the body was not read."""
-
-    def __init__(self, length: int, max_len: int) -> None:
-        super().__init__(f"frame of {length} bytes exceeds limit {max_len}")
-        self.length = length
-        self.max_len = max_len
-
-
-class StreamLimitError(TransportError):
-    """Too many concurrent outbound streams to one peer."""
-
-
-@dataclass
-class PeerStats:
-    """Per-peer counters for ``peerd status`` (application bytes through framed I/O)."""
-
-    bytes_in: int = 0
-    bytes_out: int = 0
-    streams_in: int = 0  # currently open inbound streams
-    streams_out: int = 0  # currently open outbound streams
-    streams_rejected: int = 0  # inbound streams reset for exceeding the per-peer limit
-    handler_errors: int = 0  # inbound handlers that raised or timed out
-    last_seen: float = 0.0  # wall-clock time of the last byte or connection event
-
-
-class Stream:
+class Stream(FramedStream):
     """One bidirectional stream to an authenticated peer.
 
     ``peer_id`` comes from the Noise handshake of the underlying connection, so it is the
@@ -173,16 +113,6 @@ class Stream:
         self._stats.last_seen = time.time()
         return data
 
-    async def read_exactly(self, n: int) -> bytes:
-        """Exactly ``n`` bytes; memory grows with what arrives, not with ``n``."""
-        chunks: list[bytes] = []
-        remaining = n
-        while remaining > 0:
-            chunk = await self.read_some(min(remaining, READ_CHUNK_LEN))
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
-
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``; no deadline of its own, callers set one."""
         try:
@@ -193,14 +123,6 @@ class Stream:
             raise TransportError(f"write failed: {e!r}") from e
         self._stats.bytes_out += len(data)
         self._stats.last_seen = time.time()
-
-    # The gossip layer's FrameIO protocol (peerd.gossip): one frame per call.
-
-    async def send(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
-        await write_frame_parts(self, parts)
-
-    async def recv(self, max_len: int) -> bytes:
-        return await read_frame(self, max_len)
 
     async def close_write(self) -> None:
         """Half-close: the remote reads EOF after our last frame; we can still read."""
@@ -228,74 +150,7 @@ class Stream:
                 logger.debug("reset of stream to %s failed: %r", self.peer_id, e)
 
 
-def _frame_deadline(base_s: float, length: int) -> float:
-    return base_s + length / MIN_TRANSFER_RATE_BPS
-
-
-async def read_frame(stream: Stream, max_len: int, *, timeout_s: float = READ_TIMEOUT_S) -> bytes:
-    """Read one length-prefixed frame.
-
-    The length is checked against ``max_len`` before any of the body is read or allocated;
-    an oversize prefix raises :class:`FrameTooLargeError` and the caller must reset the stream
-    (it is desynchronised). The header waits at most ``timeout_s``; the body gets
-    ``timeout_s + len / MIN_TRANSFER_RATE_BPS``.
-    """
-    if not 0 <= max_len <= MAX_FRAME_LEN:
-        raise ValueError(f"max_len {max_len} out of range")
-    try:
-        with trio.fail_after(timeout_s):
-            header = await stream.read_exactly(_HEADER.size)
-        (length,) = _HEADER.unpack(header)
-        if length > max_len:
-            raise FrameTooLargeError(length, max_len)
-        with trio.fail_after(_frame_deadline(timeout_s, length)):
-            return await stream.read_exactly(length)
-    except trio.TooSlowError as e:
-        raise TransportTimeoutError(f"read from {stream.peer_id} timed out") from e
-
-
-async def write_frame(
-    stream: Stream,
-    payload: bytes | bytearray | memoryview,
-    *,
-    timeout_s: float = WRITE_TIMEOUT_S,
-) -> None:
-    """Write one length-prefixed frame within ``timeout_s + len / MIN_TRANSFER_RATE_BPS``."""
-    await write_frame_parts(stream, [payload], timeout_s=timeout_s)
-
-
-async def write_frame_parts(
-    stream: Stream,
-    parts: Sequence[bytes | bytearray | memoryview],
-    *,
-    timeout_s: float = WRITE_TIMEOUT_S,
-) -> None:
-    """One frame whose body is ``parts`` in order, written without joining them first."""
-    length = sum(len(p) for p in parts)
-    if length > MAX_FRAME_LEN:
-        raise ValueError(f"payload of {length} bytes cannot be framed")
-    try:
-        with trio.fail_after(_frame_deadline(timeout_s, length)):
-            # Separate writes: concatenating header + parts would copy a 44 MB entry.
-            await stream.write(_HEADER.pack(length))
-            for part in parts:
-                if len(part):
-                    await stream.write(part)
-    except trio.TooSlowError as e:
-        raise TransportTimeoutError(f"write to {stream.peer_id} timed out") from e
-
-
 # --- identity ---------------------------------------------------------------------------
-
-IdentityKey = CryptoEd25519PrivateKey | bytes
-
-
-def _seed_of(key: IdentityKey) -> bytes:
-    if isinstance(key, CryptoEd25519PrivateKey):
-        return key.private_bytes_raw()
-    if isinstance(key, bytes) and len(key) == 32:
-        return key
-    raise ValueError("identity must be an Ed25519PrivateKey or its 32-byte seed")
 
 
 def peer_id_from_public_key(public_key: bytes) -> str:
@@ -303,12 +158,6 @@ def peer_id_from_public_key(public_key: bytes) -> str:
     if len(public_key) != 32:
         raise ValueError("an Ed25519 public key is 32 bytes")
     return str(ID.from_pubkey(Ed25519PublicKey.from_bytes(public_key)).to_base58())
-
-
-def tcp_multiaddr(host: str, port: int) -> str:
-    """``/ip4/H/tcp/P`` or ``/ip6/H/tcp/P`` for an address from discovery or config."""
-    proto = "ip6" if ":" in host else "ip4"
-    return f"/{proto}/{host}/tcp/{port}"
 
 
 def _parse_peer_id(peer_id: str) -> ID:
@@ -329,17 +178,6 @@ def _parse_addrs(addrs: Sequence[str]) -> list[multiaddr.Multiaddr]:
 
 StreamHandler = Callable[[Stream], Awaitable[None]]
 PeerCallback = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class TransportConfig:
-    listen_host: str = "0.0.0.0"  # noqa: S104 - a LAN daemon listens on all interfaces
-    listen_port: int = 0  # 0 = ephemeral; see Transport.port
-    max_inbound_streams_per_peer: int = MAX_INBOUND_STREAMS_PER_PEER
-    max_outbound_streams_per_peer: int = MAX_OUTBOUND_STREAMS_PER_PEER
-    handler_timeout_s: float = HANDLER_TIMEOUT_S
-    dial_timeout_s: float = DIAL_TIMEOUT_S
-    max_lifetime_inbound_connections: int = MAX_LIFETIME_INBOUND_CONNECTIONS
 
 
 class _ConnectionEvents(INotifee):
@@ -379,7 +217,7 @@ class Transport:
         on_disconnected: PeerCallback | None = None,
     ) -> None:
         _apply_library_mends()
-        key_pair = create_new_key_pair(_seed_of(identity))
+        key_pair = create_new_key_pair(seed_of(identity))
         cap = config.max_lifetime_inbound_connections
         high = min(ConnectionConfig.high_watermark, cap)
         conn_config = ConnectionConfig(
@@ -640,23 +478,6 @@ class _DemoteToDebug(logging.Handler):
 _libp2p_log = logging.getLogger("peerd.transport.libp2p")
 
 
-def _check_port_free(host: str, port: int) -> None:
-    """Fail if another socket listens on ``host:port``.
-
-    py-libp2p listens with SO_REUSEPORT (for hole punching), so a second daemon on the same
-    port would not fail: the kernel would split inbound connections between the two. A
-    probe bound *without* SO_REUSEPORT gets EADDRINUSE while any listener holds the port.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # REUSEADDR only: TIME_WAIT leftovers from our own previous run are no conflict.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as e:
-            raise TransportError(f"cannot listen on {host}:{port}: {e.strerror}") from e
-
-
 @asynccontextmanager
 async def open_transport(
     identity: IdentityKey,
@@ -674,7 +495,7 @@ async def open_transport(
     """
     cfg = config if config is not None else TransportConfig()
     if cfg.listen_port != 0:
-        _check_port_free(cfg.listen_host, cfg.listen_port)
+        check_port_free(cfg.listen_host, cfg.listen_port)
     transport = Transport(identity, handler, cfg, on_connected, on_disconnected)
     listen = multiaddr.Multiaddr(tcp_multiaddr(cfg.listen_host, cfg.listen_port))
     try:

@@ -97,7 +97,7 @@ def local_update(
         anchors = [p.detach().clone() for p in params]
     else:
         anchors = [anchor[n].detach() for n, _ in named]
-    neg_rho_anchor = torch._foreach_mul(anchors, -rho) if rho != 0 else []
+    neg_rho_anchor: list[torch.Tensor] = list(torch._foreach_mul(anchors, -rho)) if rho else []
     criterion = _criterion(loss)
     opt = torch.optim.SGD(params, lr=lr, foreach=True)
     batches = sample_batches(X.shape[0], batch_size, steps, generator)
@@ -118,6 +118,8 @@ def local_update(
                 p.grad = g
         opt.step()
         losses[k] = value.detach()
+    # Gradients are dead weight between rounds (a full model's worth of memory): free them.
+    opt.zero_grad(set_to_none=True)
     if steps == 0:
         return LocalResult(0, float("nan"), float("nan"))
     return LocalResult(steps, float(losses.mean()), float(losses[-1]))

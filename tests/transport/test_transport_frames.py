@@ -1,4 +1,5 @@
-"""Framed I/O and identity helpers of peerd.transport, without a network."""
+"""Framed I/O (peerd.framing, re-exported by peerd.transport) and identity helpers, without
+a network."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.transport import (
+    FramedStream,
     FrameTooLargeError,
     PeerStats,
     Stream,
@@ -250,3 +252,46 @@ def test_libp2p_log_noise_is_demoted_not_printed() -> None:
     assert "routine disconnect" not in out.stderr
     assert "peerd.transport.libp2p DEBUG ERROR libp2p.stream_muxer.yamux: routine disconnect 7" \
         in out.stdout
+
+
+class MemoryFramed(FramedStream):
+    """peerd.framing over a plain in-memory byte stream: no libp2p involved."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._s = stream
+        self.peer_id = "memory"
+
+    async def read_some(self, max_bytes: int) -> bytes:
+        data = await self._s.receive_some(max_bytes)
+        if not data:
+            raise StreamClosedError("EOF")
+        return bytes(data)
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        await self._s.send_all(data)
+
+
+def test_framing_works_over_any_byte_stream() -> None:
+    from trio.testing import memory_stream_pair
+
+    async def main() -> None:
+        left, right = memory_stream_pair()
+        a, b = MemoryFramed(left), MemoryFramed(right)
+        await a.send([b"ab", memoryview(b"cd")])
+        await write_frame(a, b"")
+        assert await b.recv(4) == b"abcd"
+        assert await read_frame(b, 0) == b""
+        await left.send_all(struct.pack(">I", 5) + b"xyzvw")
+        assert await b.read_exactly(4) == struct.pack(">I", 5)
+
+    trio.run(main)
+
+
+def test_framing_module_does_not_import_libp2p() -> None:
+    # peerd.transport must stay the only module that pulls libp2p in.
+    code = ("import sys, peerd.framing, peerd.transport_config\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'libp2p'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,151 @@
+"""Length-prefixed frames over any byte stream, with a deadline on every frame.
+
+This module knows nothing about libp2p: :mod:`peerd.transport` subclasses
+:class:`FramedStream` for its libp2p streams (and re-exports everything here, so callers
+keep importing from ``peerd.transport``). Keeping the framing apart lets it be tested
+and benchmarked over any stream, e.g. raw TCP, with the exact same code path.
+
+A frame is a 4-byte big-endian length followed by that many bytes, the same format as
+``peerd.protocol.frames``. The length is checked against the caller's limit before any of
+the body is read, and the body is read in bounded chunks, so memory grows only with the
+bytes that actually arrive.
+"""
+
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import trio
+
+#: Waiting for a frame to *start* (header bytes); bounds an idle peer holding a stream.
+READ_TIMEOUT_S = 30.0
+#: Waiting to push the first bytes of a frame; bounds a peer that never opens its window.
+WRITE_TIMEOUT_S = 30.0
+#: Slowest sustained rate we tolerate for a frame body; with the base timeout above it
+#: gives each frame a deadline of base + len / rate, which defeats a trickling (slowloris)
+#: peer without failing a 44 MB entry on a slow Wi-Fi link (44 MB at 256 KiB/s ~ 170 s).
+MIN_TRANSFER_RATE_BPS = 256 * 1024
+#: Largest single read from the stream; memory for a frame grows only with bytes received.
+READ_CHUNK_LEN = 1024 * 1024
+#: The 4-byte big-endian length prefix cannot express more than this.
+MAX_FRAME_LEN = 2**32 - 1
+
+_HEADER = struct.Struct(">I")
+
+
+class TransportError(Exception):
+    """Any failure on the wire; the caller drops the stream/peer and carries on."""
+
+
+class TransportTimeoutError(TransportError):
+    """A network await ran past its deadline."""
+
+
+class StreamClosedError(TransportError):
+    """The remote closed (EOF) or reset the stream."""
+
+
+class FrameTooLargeError(TransportError):
+    """A length prefix exceeded the caller's limit; the body was not read."""
+
+    def __init__(self, length: int, max_len: int) -> None:
+        super().__init__(f"frame of {length} bytes exceeds limit {max_len}")
+        self.length = length
+        self.max_len = max_len
+
+
+class FramedStream(ABC):
+    """A byte stream to one peer, plus framed I/O on top of it.
+
+    Subclasses supply :meth:`read_some` and :meth:`write` (translating their library's
+    errors into :class:`TransportError`); :meth:`send` / :meth:`recv` implement the gossip
+    layer's ``FrameIO`` protocol (``peerd.gossip``): one frame per call.
+    """
+
+    #: Who is on the other end (for logs and errors); the transport sets the proven id.
+    peer_id: str
+
+    @abstractmethod
+    async def read_some(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` (at least 1); raises :class:`StreamClosedError` at EOF."""
+
+    @abstractmethod
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write all of ``data``; no deadline of its own, callers set one."""
+
+    async def read_exactly(self, n: int) -> bytes:
+        """Exactly ``n`` bytes; memory grows with what arrives, not with ``n``."""
+        chunks: list[bytes] = []
+        remaining = n
+        while remaining > 0:
+            chunk = await self.read_some(min(remaining, READ_CHUNK_LEN))
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    async def send(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        await write_frame_parts(self, parts)
+
+    async def recv(self, max_len: int) -> bytes:
+        return await read_frame(self, max_len)
+
+
+def _frame_deadline(base_s: float, length: int) -> float:
+    return base_s + length / MIN_TRANSFER_RATE_BPS
+
+
+async def read_frame(
+    stream: FramedStream, max_len: int, *, timeout_s: float = READ_TIMEOUT_S
+) -> bytes:
+    """Read one length-prefixed frame.
+
+    The length is checked against ``max_len`` before any of the body is read or allocated;
+    an oversize prefix raises :class:`FrameTooLargeError` and the caller must reset the stream
+    (it is desynchronised). The header waits at most ``timeout_s``; the body gets
+    ``timeout_s + len / MIN_TRANSFER_RATE_BPS``.
+    """
+    if not 0 <= max_len <= MAX_FRAME_LEN:
+        raise ValueError(f"max_len {max_len} out of range")
+    try:
+        with trio.fail_after(timeout_s):
+            header = await stream.read_exactly(_HEADER.size)
+        (length,) = _HEADER.unpack(header)
+        if length > max_len:
+            raise FrameTooLargeError(length, max_len)
+        with trio.fail_after(_frame_deadline(timeout_s, length)):
+            return await stream.read_exactly(length)
+    except trio.TooSlowError as e:
+        raise TransportTimeoutError(f"read from {stream.peer_id} timed out") from e
+
+
+async def write_frame(
+    stream: FramedStream,
+    payload: bytes | bytearray | memoryview,
+    *,
+    timeout_s: float = WRITE_TIMEOUT_S,
+) -> None:
+    """Write one length-prefixed frame within ``timeout_s + len / MIN_TRANSFER_RATE_BPS``."""
+    await write_frame_parts(stream, [payload], timeout_s=timeout_s)
+
+
+async def write_frame_parts(
+    stream: FramedStream,
+    parts: Sequence[bytes | bytearray | memoryview],
+    *,
+    timeout_s: float = WRITE_TIMEOUT_S,
+) -> None:
+    """One frame whose body is ``parts`` in order, written without joining them first."""
+    length = sum(len(p) for p in parts)
+    if length > MAX_FRAME_LEN:
+        raise ValueError(f"payload of {length} bytes cannot be framed")
+    try:
+        with trio.fail_after(_frame_deadline(timeout_s, length)):
+            # Separate writes: concatenating header + parts would copy a 44 MB entry.
+            await stream.write(_HEADER.pack(length))
+            for part in parts:
+                if len(part):
+                    await stream.write(part)
+    except trio.TooSlowError as e:
+        raise TransportTimeoutError(f"write to {stream.peer_id} timed out") from e
