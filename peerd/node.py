@@ -37,7 +37,7 @@ from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import node_id_of
 from peerd.protocol.ledger import OriginLedger
 from peerd.protocol.manifest import Manifest
-from peerd.protocol.tensors import TensorIndexItem
+from peerd.protocol.tensors import TensorIndexItem, decode_tensors
 
 
 def wire_schema(schema: Schema) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -142,17 +142,19 @@ def sign_own(
 ) -> tuple[Entry, msg.Entry]:
     """Sign ``params`` as this node's entry (thread-safe, CPU-heavy).
 
-    The entry keeps (and the signature covers) these very tensors, without a copy: the caller
-    hands over a snapshot it will never modify (the trainer returns fresh clones).
+    The payload is built once; the returned entry's tensors are read-only views into it, so
+    the own entry costs one model's worth of memory, like a received one. ``params`` may be
+    dropped (or reused) by the caller afterwards.
     """
-    snapshot = {k: v.detach().contiguous() for k, v in params.items()}
-    arrays, bf16 = to_wire_arrays(snapshot)
+    arrays, bf16 = to_wire_arrays({k: v.detach() for k, v in params.items()})
     signed: SignedEntry = sign_entry(
         key, fleet_id, version=version, created_at=created_at,
-        schema_id=Schema.of(snapshot).id, num_examples=num_examples, tensors=arrays,
+        schema_id=Schema.of(params).id, num_examples=num_examples, tensors=arrays,
         bfloat16=bf16,
     )
-    return Entry(meta_of(signed.body), snapshot), signed.to_message()
+    message = signed.to_message()  # the one copy: the payload buffer
+    views = decode_tensors(signed.body.tensors, message.payload)
+    return Entry(meta_of(signed.body), from_wire_arrays(signed.body.tensors, views)), message
 
 
 @dataclass

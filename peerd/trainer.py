@@ -17,7 +17,7 @@ from torch import nn
 from peerd.core.alpha import AlphaPolicy
 from peerd.core.blend import blend
 from peerd.core.drift import drift
-from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema, payload_digest
+from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
 from peerd.core.local_update import LossName, local_update
 from peerd.core.plan import blend_plan
 from peerd.core.staleness import Clock
@@ -68,11 +68,13 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     """One round: x̄ = blend(own, cache); K proximal steps from x̄; evaluate."""
     data = task.data()  # re-read every round: local data may have grown
     n = len(data.y_train)
-    own_params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # Read-only use: the blend reads these before load_state_dict overwrites the model.
+    own_params = {k: v.detach() for k, v in model.state_dict().items()}
     alphas: dict[str, float] = {inp.own_id: 1.0}
     if inp.peers:
-        own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id, n,
-                             payload_digest(own_params))
+        # Only the example count and age matter to α; the digest is never looked at here,
+        # so the (44 MB) model is not hashed for it.
+        own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id, n, "")
         origins, weights = blend_plan(own_meta, inp.cache, inp.clock, inp.policy)
         members: Sequence[dict[str, torch.Tensor]] = [
             own_params, *({k: v for k, v in e.params.items()} for e in inp.peers)
