@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -51,6 +52,10 @@ class Host:
     def command(self, argv: Sequence[str]) -> list[str]:
         """``argv`` wrapped to run inside this namespace."""
         return ["ip", "netns", "exec", self.name, *argv]
+
+    def python(self, *args: str) -> list[str]:
+        """This interpreter, with ``args``, inside this namespace."""
+        return self.command([sys.executable, *args])
 
 
 @contextmanager

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 
 import pytest
+
+from peerd.netns import Host, unavailable
+from tests.transport.netns import netns_lan
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -22,3 +27,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: slow multi-process scenario tests (real daemons, namespaces)"
     )
+
+
+@pytest.fixture
+def lan() -> Iterator[Callable[[int], list[Host]]]:
+    """``hosts = lan(3)``: n namespaces on one private bridge, deleted at teardown (also on
+    failure). Skipped, with the reason, where namespaces are unavailable (not root, no ip)."""
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with ExitStack() as stack:
+        yield lambda n: stack.enter_context(netns_lan(n))

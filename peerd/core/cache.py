@@ -11,7 +11,9 @@ against ``C`` (so ``C`` is exactly the number of *peer* models a node keeps). En
 origin relayed back to us are dropped (``own_origin``) but their highest version is reported, so
 a node that lost its state can skip past versions it already published and never reuse one.
 
-Determinism: the result depends only on the *set* of received items, not their order. Among
+Determinism: the result depends only on the *set* of received items, not their order.
+Equally fresh entries competing for the last places are ranked by a hash of the observer's
+and the origin's ids, so different nodes keep different peers rather than all the same ones. Among
 items with the same origin and version, the held one wins, then the smallest digest (for
 equivocation), then the earliest arrival and sender id (for identical relayed copies).
 The cost is O(n) grouping plus O(n log C) selection, so 10,000 received entries are cheap.
@@ -19,6 +21,7 @@ The cost is O(n) grouping plus O(n log C) selection, so 10,000 received entries 
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -106,9 +109,13 @@ def merge(
         if len(digests) > 1:
             conflicts.append(Equivocation(origin, top, tuple(sorted(digests))))
 
-    # Step 5: freshest first (origin id breaks ties), keep C. nsmallest is O(n log C).
-    def order(item: CacheItem) -> tuple[float, str]:
-        return (-clock.recency(item.meta), item.meta.origin)
+    # Step 5: freshest first, keep C. nsmallest is O(n log C). Ties (equally fresh entries,
+    # common in round mode) are broken by a hash of (observer, origin): deterministic for
+    # each node, but different across nodes — ordering by origin id alone would make every
+    # node of the fleet keep the same lowest-id peers and ignore the rest.
+    def order(item: CacheItem) -> tuple[float, bytes, str]:
+        salt = hashlib.blake2b(f"{own_origin}\0{item.meta.origin}".encode(), digest_size=8)
+        return (-clock.recency(item.meta), salt.digest(), item.meta.origin)
 
     kept = heapq.nsmallest(capacity, winners, key=order)
     kept_ids = {id(item) for item in kept}

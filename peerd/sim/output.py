@@ -65,8 +65,10 @@ def write_plots(result: SimResult, out: Path) -> list[Path]:
     from matplotlib.ticker import MaxNLocator
 
     cfg = result.config
+    model = result.info.get("model", cfg.model)
     title = (
-        f"{cfg.dataset}, {cfg.partition}, N={cfg.agents}, C={cfg.capacity}, τmax={cfg.tau_max:g}"
+        f"{cfg.dataset} ({model}), {cfg.partition}, N={cfg.agents}, "
+        f"C={cfg.capacity}, τmax={cfg.tau_max:g}"
     )
     paths = []
     fig, ax = plt.subplots(figsize=(7, 4.5))

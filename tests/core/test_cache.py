@@ -165,3 +165,19 @@ def test_merging_twice_keeps_cache_consistent(
     for kept in b.cache:
         if kept.meta.origin in held_origins:
             assert kept.meta.version >= held_origins[kept.meta.origin]
+
+
+def test_equally_fresh_ties_are_broken_per_observer_not_by_lowest_origin_id() -> None:
+    # Round mode: all entries of one round are equally fresh. Ranking ties by origin id
+    # would make every node of the fleet keep the same lowest-id peers.
+    received = [item(f"N{i:02d}", 5) for i in range(20)]
+    kept = {
+        observer: {i.meta.origin for i in merge([], received, clock=Clock.rounds(5), tau_max=5,
+                                                 capacity=3, own_origin=observer).cache}
+        for observer in (f"obs{j}" for j in range(8))
+    }
+    assert all(len(k) == 3 for k in kept.values())
+    assert len({frozenset(k) for k in kept.values()}) > 1  # observers differ in their picks
+    again = merge([], list(reversed(received)), clock=Clock.rounds(5), tau_max=5, capacity=3,
+                  own_origin="obs0").cache
+    assert {i.meta.origin for i in again} == kept["obs0"]  # and each observer is stable
