@@ -59,6 +59,11 @@ MAX_TRACKED_SERVICES = 1024
 #: Resolving one service (SRV/TXT/A) in zeroconf's browser thread; a record that never
 #: resolves must not stall the handling of the others for long.
 RESOLVE_TIMEOUT_MS = 3000
+#: A record that does not resolve (a lost packet on a busy LAN) is tried again this many
+#: times in all, after RESOLVE_RETRY_S, then twice that, ... (in timer threads, so the
+#: browser thread is never held longer than one timeout).
+RESOLVE_ATTEMPTS = 4
+RESOLVE_RETRY_S = 2.0
 #: Goodbye packets and closing sockets at shutdown; a wedged zeroconf thread is abandoned.
 STOP_TIMEOUT_S = 5.0
 
@@ -224,15 +229,28 @@ class Discovery:
                 if node_id is not None and self._on_peer_lost is not None:
                     self._to_trio(self._on_peer_lost, node_id)
                 return
-            info = zeroconf.get_service_info(service_type, name, timeout=RESOLVE_TIMEOUT_MS)
-            if info is None:
-                self._count("unresolved")
-                return
-            self.handle_info(name, info)
+            self._resolve(zeroconf, service_type, name, 0)
         except Exception:
             # Whatever the network sent, the browser thread must live on.
             self._count("error")
             logger.exception("mDNS record %r could not be handled", name)
+
+    def _resolve(self, zeroconf: Zeroconf, service_type: str, name: str, attempt: int) -> None:
+        try:
+            info = zeroconf.get_service_info(service_type, name, timeout=RESOLVE_TIMEOUT_MS)
+        except Exception:  # zeroconf closed while a retry was pending: nothing to do
+            logger.debug("resolving %r failed", name, exc_info=True)
+            return
+        if info is not None:
+            self.handle_info(name, info)
+            return
+        if attempt + 1 >= RESOLVE_ATTEMPTS:
+            self._count("unresolved")
+            return
+        timer = threading.Timer(RESOLVE_RETRY_S * 2**attempt, self._resolve,
+                                (zeroconf, service_type, name, attempt + 1))
+        timer.daemon = True  # a pending retry never holds up shutdown
+        timer.start()
 
     def handle_info(self, name: str, info: ServiceInfo) -> None:
         """Validate one resolved record and report it (called in zeroconf's thread)."""
