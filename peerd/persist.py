@@ -19,14 +19,14 @@ from peerd.node import Held, NodeState, verify
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.manifest import decode_manifest_file, encode_manifest_file
-from peerd.state import StateDir
+from peerd.state import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir
 
 log = logging.getLogger(__name__)
 
 OWN_BLOB = "own.entry"
 MANIFEST_BLOB = "manifest"
-INDEX_BLOB = "cache.index"
-ENTRY_PREFIX = "entry-"
+INDEX_BLOB = CACHE_INDEX_BLOB  # names shared with the offline `peerd status --state-dir`
+ENTRY_PREFIX = ENTRY_BLOB_PREFIX
 
 
 def _frame(message: msg.Entry) -> list[bytes | memoryview]:
