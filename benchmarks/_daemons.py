@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from peerd.localmesh import DaemonProcess
+
 REPO = Path(__file__).resolve().parent.parent
 POLL_S = 0.25
 #: A daemon that does not stop on SIGTERM within this is killed.
@@ -31,7 +32,7 @@ LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: (.*)
 
 
 @dataclass
-class Daemon:
+class Daemon(DaemonProcess):
     name: str
     dir: Path
     id: str
@@ -42,18 +43,6 @@ class Daemon:
     started_at: float = 0.0  # time.time() at Popen
     #: The [fleet] section of its config (admin key, fleet id, manifest path).
     fleet: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def config(self) -> Path:
-        return self.dir / "peerd.toml"
-
-    @property
-    def socket(self) -> Path:
-        return self.dir / "peerd.sock"
-
-    @property
-    def log(self) -> Path:
-        return self.dir / "peerd.log"
 
     def multiaddr(self) -> str:
         return f"/ip4/{self.address}/tcp/{self.port}/p2p/{self.id}"
@@ -68,32 +57,9 @@ class Daemon:
                                          stdin=subprocess.DEVNULL, cwd=REPO,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
 
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_TIMEOUT_S)
-        self.proc = None
-
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             raise RuntimeError(f"{self.name} exited:\n{self.logs()[-3000:]}")
-
-    def status(self) -> dict[str, Any] | None:
-        from peerd.control import ControlError, request
-
-        try:
-            return request(self.socket, "status", timeout=5)
-        except ControlError:
-            return None
-
-    def logs(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def proc_status(self) -> dict[str, int]:
         """VmRSS / VmHWM (bytes) of the daemon's process."""

@@ -36,14 +36,15 @@ BASE_PORT = 4011
 STOP_TIMEOUT_S = 20.0
 
 
-@dataclass
-class MeshNode:
-    index: int
+class DaemonProcess:
+    """One `peerd run` process whose config, control socket and log live in ``dir``.
+
+    Shared by the demo, the integration tests and the benchmarks, which differ only in how
+    they lay out fleets and start processes.
+    """
+
     dir: Path
-    id: str
-    port: int
-    host: netns.Host | None
-    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    proc: subprocess.Popen[bytes] | None
 
     @property
     def config(self) -> Path:
@@ -57,11 +58,9 @@ class MeshNode:
     def log(self) -> Path:
         return self.dir / "peerd.log"
 
-    @property
-    def address(self) -> str:
-        return self.host.address if self.host else "127.0.0.1"
-
-    def status(self, timeout: float = 5.0) -> dict[str, Any] | None:
+    def status(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        """The daemon's status over its control socket (what `peerd status --json` prints),
+        or None while it is not up."""
         try:
             return request(self.socket, "status", timeout=timeout)
         except ControlError:
@@ -69,6 +68,38 @@ class MeshNode:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """Signal the process and wait (SIGKILL after ``timeout``); its exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+
+@dataclass
+class MeshNode(DaemonProcess):
+    index: int
+    dir: Path
+    id: str
+    port: int
+    host: netns.Host | None
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return self.host.address if self.host else "127.0.0.1"
 
 
 def _toml(value: object) -> str:
@@ -149,15 +180,10 @@ def local_mesh(
 
 
 def _stop_all(nodes: list[MeshNode]) -> None:
+    # Signal every daemon first, then wait: they shut down in parallel.
     for node in nodes:
         if node.alive():
             assert node.proc is not None
             node.proc.send_signal(signal.SIGTERM)
     for node in nodes:
-        if node.proc is None:
-            continue
-        try:
-            node.proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            node.proc.kill()
-            node.proc.wait(5)
+        node.stop(timeout=STOP_TIMEOUT_S)

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from peerd.control import ControlError, request
+from peerd.localmesh import DaemonProcess
 from tests.transport.netns import NetnsHost
 
 PEERD = [sys.executable, "-m", "peerd.cli"]
@@ -33,25 +32,13 @@ def peerd(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 @dataclass
-class Node:
+class Node(DaemonProcess):
     name: str
     dir: Path
     id: str
     port: int
     host: NetnsHost | None = None
     proc: subprocess.Popen[bytes] | None = None
-    log: Path = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.log = self.dir / "peerd.log"
-
-    @property
-    def config(self) -> Path:
-        return self.dir / "peerd.toml"
-
-    @property
-    def socket(self) -> Path:
-        return self.dir / "peerd.sock"
 
     @property
     def address(self) -> str:
@@ -67,31 +54,6 @@ class Node:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        code = self.proc.returncode
-        self.proc = None
-        return code
-
-    def status(self) -> dict[str, Any] | None:
-        """The daemon's status over its control socket (what `peerd status --json` prints),
-        or None while it is not up. Asked in-process: a CLI per poll costs seconds."""
-        try:
-            return request(self.socket, "status", timeout=10)
-        except ControlError:
-            return None
-
-    def logs(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 def make_fleet(root: Path, n: int, *, hosts: list[NetnsHost] | None = None, mdns: bool = False,
