@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from typing import Any
 import torch
 
 from benchmarks._daemons import REPO, Daemon, make_fleet, running, vm_of, wait_for, write_config
+from peerd.framing import FramedStream, read_frame
 from peerd.models import MLP
 from peerd.tasks import FLEET_INIT_SEED, TaskData
 
@@ -64,8 +66,8 @@ MEMORY_LEARNING = {"round_interval_s": 2.0, "local_steps": 2, "batch_size": 32,
                    "tau_max": 3600.0}
 MESH_LEARNING = {"round_interval_s": 2.0, "tau_max": 600.0}
 MB = 1e6
-#: peerd.framing.READ_CHUNK_LEN: received frames arrive in pieces of this size.
-RECEIVE_CHUNK = 1024 * 1024
+#: Received frames arrive in pieces of this size (a Noise/Yamux message is 64 KiB).
+RECEIVE_CHUNK = 64 * 1024
 
 
 # --- the benchmark task (runs inside the daemons) -------------------------------------------
@@ -310,6 +312,30 @@ def _self_vm() -> dict[str, int]:
     return vm_of(Path("/proc/self/status").read_text())
 
 
+class _ChunkFeed(FramedStream):
+    """A stream that yields one signed entry's frame (length prefix included) in chunks,
+    as the network would, without building the frame in memory first."""
+
+    peer_id = "bench"
+
+    def __init__(self, message: Any) -> None:
+        head, payload = message.head(), memoryview(message.payload)
+        self._parts = [struct.pack(">I", len(head) + len(payload)) + head, payload]
+        self._pos = 0
+
+    async def read_some(self, max_bytes: int) -> bytes:
+        while self._parts and self._pos == len(self._parts[0]):
+            self._parts.pop(0)
+            self._pos = 0
+        part = self._parts[0]
+        chunk = bytes(part[self._pos:self._pos + min(max_bytes, RECEIVE_CHUNK)])
+        self._pos += len(chunk)
+        return chunk
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        raise NotImplementedError
+
+
 def breakdown_child(params: int, capacity: int) -> dict[str, Any]:
     """Run the daemon's own steps in this process, one at a time, reading memory around each.
 
@@ -355,12 +381,8 @@ def breakdown_child(params: int, capacity: int) -> dict[str, Any]:
 
         def receive() -> None:
             for message in messages:
-                # As peerd.framing.read_frame builds a frame: 1 MiB chunks, then one join.
-                payload = memoryview(message.payload)
-                chunks = [bytes(payload[i:i + RECEIVE_CHUNK])
-                          for i in range(0, len(payload), RECEIVE_CHUNK)]
-                frame = b"".join([message.head(), *chunks])
-                del chunks
+                # The daemon's own receive path: peerd.framing.read_frame, fed in chunks.
+                frame = trio.run(read_frame, _ChunkFeed(message), 2**31)
                 entry = msg.decode_frame(frame)
                 assert isinstance(entry, msg.Entry)
                 v = verify(entry, fleet_id=d.node.fleet_id, manifest=d.node.manifest,

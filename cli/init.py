@@ -66,6 +66,7 @@ state_dir = {_toml_str(state_dir)}
 socket = {_toml_str(socket)}
 # socket_group = "peerd"       # socket 0660 to this group instead of 0600
 # torch_threads = 1            # training threads: leave cores to the device's real work
+# lean_memory = true           # big buffers back to the OS at once: less peak RAM, slower steps
 # log_level = "info"           # debug | info | warning | error
 
 [network]
@@ -75,6 +76,7 @@ socket = {_toml_str(socket)}
 # mdns_interfaces = []         # e.g. ["eth0"]; empty = all
 # static_peers = []            # ["/ip4/10.0.0.2/tcp/{DEFAULT_LISTEN_PORT}/p2p/12D3KooW..."]
 # metrics_listen = "127.0.0.1:9464"   # Prometheus endpoint; off unless set
+# peer_bytes_per_s = 5000000    # per peer and direction; unset = 2 × what an honest peer needs
 
 [learning]
 # tau_max = 600.0              # staleness cutoff: seconds (or rounds, see staleness)

@@ -17,7 +17,6 @@ atomic), discovery sends goodbye packets, the transport closes its host, the soc
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import logging
 import math
@@ -40,9 +39,11 @@ from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
 from peerd.discovery import PeerHint, open_discovery
 from peerd.gossip import SessionContext, run_session
+from peerd.memory import pin_mmap_threshold, release_freed_memory
 from peerd.metrics import StatusMetrics, start_metrics_server
-from peerd.node import NodeState, sign_own
+from peerd.node import NodeState, sign_own, wire_schema
 from peerd.protocol import messages as msg
+from peerd.protocol.admission import entry_frame_limit
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.keyfile import NODE_KEY_FILE, read_private_key
 from peerd.protocol.limits import PROTOCOL_VERSION
@@ -60,20 +61,23 @@ GOSSIP_INTERVAL_S = 3.0
 SESSION_TIMEOUT_S = 300.0
 #: Peers unseen this long are dropped from the table (discovery re-adds live ones).
 PEER_FORGET_S = 600.0
+#: Hello, manifest, digests, wants and announcements of one session (each frame is capped at
+#: MAX_CONTROL_FRAME_LEN; in practice a few KB), budgeted on top of the entries.
+SESSION_CONTROL_BYTES = 1024 * 1024
 
 
-def _release_freed_memory() -> None:
-    """Hand freed heap back to the OS after a round (glibc keeps it otherwise).
+def peer_byte_budget(cfg: Config, schema: Schema) -> tuple[float, int]:
+    """(bytes/s, burst) each peer may move in each direction.
 
-    A round allocates and frees several model-sized buffers (blend stack, snapshots, the
-    signing payload) in worker threads; glibc's per-thread arenas would keep that memory
-    resident between rounds, several times the model size on a small device.
+    The burst is one complete session: C + 1 entries of the largest size this schema allows,
+    plus control frames, so an honest exchange is never cut off. The automatic rate is twice
+    what an honest peer can need, that whole session once per round interval.
     """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to do
-        pass
+    session = ((cfg.learning.capacity + 1) * entry_frame_limit(wire_schema(schema))
+               + SESSION_CONTROL_BYTES)
+    if cfg.network.peer_bytes_per_s is not None:
+        return float(cfg.network.peer_bytes_per_s), session
+    return 2.0 * session / cfg.learning.round_interval_s, session
 
 
 class DaemonError(RuntimeError):
@@ -142,6 +146,8 @@ class Daemon:
         self.key = read_private_key(key_path)
         manifest, envelope = _load_manifest(cfg, self.state)
         torch.set_num_threads(cfg.node.torch_threads)
+        if cfg.node.lean_memory:
+            pin_mmap_threshold()
         t = cfg.task
         self.task: Task = load_task(t.name, partition_spec=t.partition, node_index=t.node_index,
                                     node_count=t.node_count, seed=t.seed, csv_glob=t.csv_glob,
@@ -228,7 +234,7 @@ class Daemon:
         acc = "-" if m.val_accuracy is None else f"{m.val_accuracy:.3f}"
         log.info("round %d: version %d, loss %.4f, val acc %s, cache %d", node.round, m.version,
                  m.train_loss, acc, len(node.cache))
-        _release_freed_memory()
+        release_freed_memory()
         if self._metrics is not None:
             self._metrics.update(self.status())
         sdnotify.status(f"round {node.round}, version {m.version}, {len(node.cache)} cached, "
@@ -270,6 +276,7 @@ class Daemon:
             peer.last_error = ", ".join(result.refused) or None
             if result.received:
                 await trio.to_thread.run_sync(self._persist)
+                release_freed_memory()  # verification's temporaries, frames of refused entries
                 log.info("received %d entries from %s", result.received, peer_id[-8:])
             for reason, n in result.refused.items():
                 self.state.audit("refused", peer=peer_id, reason=reason, count=n)
@@ -342,8 +349,12 @@ class Daemon:
 
     async def _run(self) -> None:
         cfg = self.cfg
+        rate, burst = peer_byte_budget(cfg, self.node.schema)
         tcfg = TransportConfig(listen_host=cfg.network.listen_host,
-                               listen_port=cfg.network.listen_port)
+                               listen_port=cfg.network.listen_port,
+                               peer_bytes_per_s=rate, peer_burst_bytes=burst)
+        log.info("per-peer byte budget: %.1f MB/s sustained, %.1f MB burst, each direction",
+                 rate / 1e6, burst / 1e6)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._signals, nursery.cancel_scope)
             async with open_transport(self.key, self._inbound, tcfg) as transport:

@@ -58,6 +58,7 @@ def build_status(d: Daemon) -> dict[str, Any]:
             "last_seen": p.last_seen if p else (s.last_seen if s else None),
             "bytes_in": s.bytes_in if s else 0,
             "bytes_out": s.bytes_out if s else 0,
+            "budget_refusals": s.budget_refusals if s else 0,
             "source": p.source if p else "inbound",
             "sessions": p.sessions if p else 0,
             "last_error": p.last_error if p else None,

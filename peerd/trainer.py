@@ -8,14 +8,14 @@ the event-loop thread and returns the new parameters; it never touches ``NodeSta
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from peerd.core.alpha import AlphaPolicy
-from peerd.core.blend import blend
+from peerd.core.blend import blend_into
 from peerd.core.drift import drift
 from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
 from peerd.core.local_update import LossName, local_update
@@ -40,6 +40,8 @@ class RoundInput:
 
 @dataclass(frozen=True, slots=True)
 class RoundOutput:
+    #: The trained model's own tensors (views, not copies: a model's worth of memory saved
+    #: each round). Valid until the model trains again; the daemon signs them before that.
     params: dict[str, torch.Tensor]
     alpha: dict[str, float]  # origin -> α used in this round's blend (own included)
     drift: dict[str, float]  # origin -> distance between the trained model and that entry
@@ -49,43 +51,56 @@ class RoundOutput:
     val_accuracy: float | None  # None for regression
 
 
-def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss: LossName
-             ) -> tuple[float, float | None]:
+#: Rows per forward pass when evaluating, unless the caller passes its training batch size
+#: (the daemon does): activations scale with rows × layer width, and a held-out set pushed
+#: through a wide layer in one pass would otherwise be the round's largest allocation.
+EVAL_BATCH = 256
+
+
+def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss: LossName,
+             batch_size: int = EVAL_BATCH) -> tuple[float, float | None]:
     """Validation loss and (classification) accuracy, without touching gradients."""
     if len(X) == 0:
         return math.nan, None
     model.eval()
+    total_loss, correct = 0.0, 0
     with torch.no_grad():
-        out = model(X)
-        if loss == "cross_entropy":
-            value = float(nn.functional.cross_entropy(out, y))
-            return value, float((out.argmax(dim=1) == y).float().mean())
-        pred = out.squeeze(-1) if out.dim() == y.dim() + 1 else out
-        return float(nn.functional.mse_loss(pred, y)), None
+        for lo in range(0, len(X), batch_size):
+            xb, yb = X[lo:lo + batch_size], y[lo:lo + batch_size]
+            out = model(xb)
+            if loss == "cross_entropy":
+                total_loss += float(nn.functional.cross_entropy(out, yb, reduction="sum"))
+                correct += int((out.argmax(dim=1) == yb).sum())
+            else:
+                pred = out.squeeze(-1) if out.dim() == yb.dim() + 1 else out
+                total_loss += float(nn.functional.mse_loss(pred, yb, reduction="sum"))
+    n = len(X)
+    if loss == "cross_entropy":
+        return total_loss / n, correct / n
+    return total_loss / y.numel(), None
 
 
 def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     """One round: x̄ = blend(own, cache); K proximal steps from x̄; evaluate."""
     data = task.data()  # re-read every round: local data may have grown
     n = len(data.y_train)
-    # Read-only use: the blend reads these before load_state_dict overwrites the model.
-    own_params = {k: v.detach() for k, v in model.state_dict().items()}
+    own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
     alphas: dict[str, float] = {inp.own_id: 1.0}
     if inp.peers:
         # Only the example count and age matter to α; the digest is never looked at here,
         # so the (44 MB) model is not hashed for it.
         own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id, n, "")
         origins, weights = blend_plan(own_meta, inp.cache, inp.clock, inp.policy)
-        members: Sequence[dict[str, torch.Tensor]] = [
-            own_params, *({k: v for k, v in e.params.items()} for e in inp.peers)
-        ]
-        model.load_state_dict(blend(members, weights))
+        members: Sequence[Mapping[str, torch.Tensor]] = [own_params, *(e.params for e in inp.peers)]
+        # In place, block by block: no stacked copy of the C + 1 models, no result copy.
+        blend_into(own_params, members, weights)
         alphas = dict(zip(origins, (float(w) for w in weights), strict=True))
     result = local_update(model, data.X_train, data.y_train, steps=inp.steps,
                           batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=task.loss,
                           generator=torch.Generator().manual_seed(inp.seed))
-    val_loss, acc = evaluate(model, data.X_val, data.y_val, task.loss)
-    trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # Evaluated in training-sized batches: no activation buffer larger than a step's.
+    val_loss, acc = evaluate(model, data.X_val, data.y_val, task.loss, batch_size=inp.batch_size)
+    trained = {k: v.detach() for k, v in model.state_dict().items()}
     # §3.10: how far each cached peer model is from where local training took us.
     distances = {e.meta.origin: drift(trained, dict(e.params)) for e in inp.peers}
     return RoundOutput(

@@ -72,7 +72,9 @@ from peerd.transport_config import (
     seed_of,
 )
 from peerd.transport_config import PROTOCOL_ID as PROTOCOL_ID
+from peerd.transport_config import ByteBudget as ByteBudget
 from peerd.transport_config import IdentityKey as IdentityKey
+from peerd.transport_config import PeerBudgetError as PeerBudgetError
 from peerd.transport_config import PeerStats as PeerStats
 from peerd.transport_config import StreamLimitError as StreamLimitError
 from peerd.transport_config import TransportConfig as TransportConfig
@@ -97,8 +99,17 @@ class Stream(FramedStream):
     def remote_address(self) -> tuple[str, int] | None:
         return self._raw.get_remote_address()
 
+    def _check_budget(self, budget: ByteBudget | None, direction: str) -> None:
+        if budget is not None and not budget.available(time.monotonic()):
+            self._stats.budget_refusals += 1
+            raise PeerBudgetError(
+                f"{direction} byte budget for {self.peer_id} spent "
+                f"({budget.rate / 1e6:.1f} MB/s, burst {budget.burst / 1e6:.1f} MB); "
+                f"refills in {budget.wait_s(time.monotonic()):.0f} s")
+
     async def read_some(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` (at least 1); no deadline of its own, callers set one."""
+        self._check_budget(self._stats.budget_in, "inbound")
         try:
             data = await self._raw.read(max_bytes)
         except StreamEOF as e:
@@ -111,10 +122,13 @@ class Stream(FramedStream):
             raise StreamClosedError("stream closed by remote")
         self._stats.bytes_in += len(data)
         self._stats.last_seen = time.time()
+        if self._stats.budget_in is not None:
+            self._stats.budget_in.charge(len(data), time.monotonic())
         return data
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``; no deadline of its own, callers set one."""
+        self._check_budget(self._stats.budget_out, "outbound")
         try:
             await self._raw.write(bytes(data) if not isinstance(data, bytes) else data)
         except (StreamEOF, StreamReset) as e:
@@ -123,6 +137,8 @@ class Stream(FramedStream):
             raise TransportError(f"write failed: {e!r}") from e
         self._stats.bytes_out += len(data)
         self._stats.last_seen = time.time()
+        if self._stats.budget_out is not None:
+            self._stats.budget_out.charge(len(data), time.monotonic())
 
     async def close_write(self) -> None:
         """Half-close: the remote reads EOF after our last frame; we can still read."""
@@ -248,7 +264,7 @@ class Transport:
         self._config = config
         self._on_connected = on_connected
         self._on_disconnected = on_disconnected
-        self._stats: defaultdict[str, PeerStats] = defaultdict(PeerStats)
+        self._stats: defaultdict[str, PeerStats] = defaultdict(config.new_peer_stats)
         self.peer_id: str = str(self._host.get_id().to_base58())
 
     # -- addresses --
@@ -346,6 +362,12 @@ class Transport:
         stats = self._stats[peer_id]
         if stats.streams_out >= self._config.max_outbound_streams_per_peer:
             raise StreamLimitError(f"{stats.streams_out} streams open to {peer_id}")
+        now = time.monotonic()
+        for budget in (stats.budget_in, stats.budget_out):
+            if budget is not None and not budget.available(now):
+                stats.budget_refusals += 1
+                raise PeerBudgetError(f"byte budget for {peer_id} spent; refills in "
+                                      f"{budget.wait_s(now):.0f} s")
         stats.streams_out += 1
         try:
             if not self.is_connected(peer_id):
@@ -383,6 +405,12 @@ class Transport:
                 stats.streams_rejected += 1
                 logger.info("peer %s exceeded %d concurrent streams; resetting", peer_id,
                             self._config.max_inbound_streams_per_peer)
+                await Stream(raw, peer_id, stats).reset()
+                return
+            if stats.budget_in is not None and not stats.budget_in.available(time.monotonic()):
+                # Spent its inbound budget: a new session would only be cut off mid-frame.
+                stats.budget_refusals += 1
+                logger.info("peer %s spent its byte budget; resetting its stream", peer_id)
                 await Stream(raw, peer_id, stats).reset()
                 return
         except Exception:

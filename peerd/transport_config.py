@@ -7,8 +7,9 @@ about the host itself.
 
 from __future__ import annotations
 
+import math
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey as CryptoEd25519PrivateKey,
@@ -51,6 +52,49 @@ class StreamLimitError(TransportError):
     """Too many concurrent outbound streams to one peer."""
 
 
+class PeerBudgetError(TransportError):
+    """A peer used up its byte budget in one direction; its streams wait for the refill."""
+
+
+@dataclass
+class ByteBudget:
+    """A token bucket over bytes: refills at ``rate`` bytes/s, holds at most ``burst``.
+
+    The stream checks :meth:`available` before each read or write and charges what
+    moved afterwards, so a peer overdraws by at most one read chunk; while the balance is
+    not positive its streams are refused. Time comes in as an argument (monotonic seconds).
+    """
+
+    rate: float
+    burst: float
+    balance: float = math.nan  # starts full
+    stamp: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.rate > 0 and self.burst > 0):
+            raise ValueError("a byte budget needs a positive rate and burst")
+        if math.isnan(self.balance):
+            self.balance = self.burst
+
+    def _refill(self, now: float) -> None:
+        if self.stamp is not None and now > self.stamp:
+            self.balance = min(self.burst, self.balance + (now - self.stamp) * self.rate)
+        self.stamp = now if self.stamp is None else max(self.stamp, now)
+
+    def available(self, now: float) -> bool:
+        self._refill(now)
+        return self.balance > 0
+
+    def charge(self, n: int, now: float) -> None:
+        self._refill(now)
+        self.balance -= n
+
+    def wait_s(self, now: float) -> float:
+        """Seconds until :meth:`available` turns true again."""
+        self._refill(now)
+        return 0.0 if self.balance > 0 else (1 - self.balance) / self.rate
+
+
 @dataclass
 class PeerStats:
     """Per-peer counters for ``peerd status`` (application bytes through framed I/O)."""
@@ -61,7 +105,11 @@ class PeerStats:
     streams_out: int = 0  # currently open outbound streams
     streams_rejected: int = 0  # inbound streams reset for exceeding the per-peer limit
     handler_errors: int = 0  # inbound handlers that raised or timed out
+    budget_refusals: int = 0  # reads, writes and streams refused: byte budget spent
     last_seen: float = 0.0  # wall-clock time of the last byte or connection event
+    #: What this peer may still send us / we may still send it (None: unlimited).
+    budget_in: ByteBudget | None = field(default=None, repr=False)
+    budget_out: ByteBudget | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -73,6 +121,18 @@ class TransportConfig:
     handler_timeout_s: float = HANDLER_TIMEOUT_S
     dial_timeout_s: float = DIAL_TIMEOUT_S
     max_lifetime_inbound_connections: int = MAX_LIFETIME_INBOUND_CONNECTIONS
+    #: Per-peer byte budget, each direction on its own: sustained bytes/s and the most that
+    #: may move at once. Bounds what one member (compromised, or just buggy) can make us
+    #: receive, hash and verify, or upload to it, over a metered link. None = unlimited.
+    peer_bytes_per_s: float | None = None
+    peer_burst_bytes: int | None = None
+
+    def new_peer_stats(self) -> PeerStats:
+        if self.peer_bytes_per_s is None:
+            return PeerStats()
+        burst = float(self.peer_burst_bytes or self.peer_bytes_per_s)
+        return PeerStats(budget_in=ByteBudget(self.peer_bytes_per_s, burst),
+                         budget_out=ByteBudget(self.peer_bytes_per_s, burst))
 
 
 # --- identity and addresses ------------------------------------------------------------

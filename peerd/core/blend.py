@@ -19,6 +19,9 @@ from peerd.core.entry import Schema, flatten, unflatten
 
 #: α must sum to one; float64 rounding of a normalised vector stays far inside this.
 ALPHA_SUM_TOLERANCE = 1e-9
+#: Columns per block in :func:`blend_into`: the ``[n, block]`` gather buffer stays a few MB
+#: (cache-sized) however large the model is, instead of n full model copies.
+BLEND_BLOCK = 1 << 16
 
 
 def _check_alpha(alpha: torch.Tensor, n: int) -> None:
@@ -74,6 +77,56 @@ def blend(
     for i, m in enumerate(models):
         flatten(m, schema, out=stack[i])
     return unflatten(blend_rows(stack, alpha), schema, extras=models[0])
+
+
+def blend_into(
+    dest: Mapping[str, torch.Tensor],
+    models: Sequence[Mapping[str, torch.Tensor]],
+    alpha: torch.Tensor | npt.NDArray[np.float64] | Sequence[float],
+    *,
+    block: int = BLEND_BLOCK,
+) -> None:
+    """Write ``Σ α_j models[j]`` into ``dest``'s floating tensors, in place.
+
+    The daemon's blend: its models are separate signed payloads, so :func:`blend` would first
+    stack them (n model copies) and then allocate the result. Here the product runs one
+    column block at a time, ``[n] @ [n, block]``, over a gather buffer of ``n × block``
+    floats, straight into ``dest``. ``dest`` may be one of ``models`` (the own model
+    blending itself with its cache): each block is gathered before it is overwritten.
+    Non-floating tensors of ``dest`` are left alone.
+    """
+    if not models:
+        raise AlphaError("nothing to blend")
+    if block <= 0:
+        raise ValueError("block must be positive")
+    schema = Schema.of(dest)
+    for m in models:
+        if Schema.of(m).id != schema.id:
+            raise ValueError("cannot blend models with different schemas")
+    n = len(models)
+    a = torch.as_tensor(alpha, dtype=torch.float64)
+    if a.dim() != 1:
+        raise AlphaError(f"alpha must be [n], got shape {list(a.shape)}")
+    _check_alpha(a, n)
+    a32 = a.to(torch.float32)
+    width = min(block, max((s.numel for s in schema.float_specs), default=1))
+    gather = torch.empty(n, width, dtype=torch.float32)
+    with torch.no_grad():
+        for s in schema.float_specs:
+            target = dest[s.name].detach()
+            sources = [m[s.name].detach().reshape(-1) for m in models]
+            # Params are contiguous float32 in practice; anything else (a transposed view, a
+            # bfloat16 model) is blended into a float32 copy of that one tensor, then cast back.
+            direct = target.is_contiguous() and target.dtype == torch.float32
+            flat = target.view(-1) if direct else torch.empty(s.numel, dtype=torch.float32)
+            for lo in range(0, s.numel, width):
+                hi = min(lo + width, s.numel)
+                g = gather[:, : hi - lo]
+                for row, src in enumerate(sources):
+                    g[row].copy_(src[lo:hi])
+                torch.mv(g.t(), a32, out=flat[lo:hi])  # [n] @ [n, b], no transposed copy
+            if not direct:
+                target.copy_(flat.view(target.shape))
 
 
 class ModelStack:

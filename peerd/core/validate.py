@@ -22,8 +22,9 @@ from peerd.core.reasons import Reason
 
 __all__ = ["Rejection", "RejectionAudit", "ValidationLimits", "validate_entry"]
 
-#: Elements checked per chunk: bounds float64 temporaries to 8 MiB for any model size.
-_CHUNK = 1 << 20
+#: Elements checked per chunk: bounds float64 temporaries to 2 MiB for any model size.
+#: Larger chunks were measured to leave ~0.7 × model size of fragmented heap per entry.
+_CHUNK = 1 << 18
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,6 +103,8 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
     ({"network": {"listen_host": "lan"}}, "[network] listen_host: must be an IP address"),
     ({"network": {"static_peers": ["10.0.0.2:4011"]}}, "[network] static_peers: list item"),
     ({"network": {"metrics_listen": "9464"}}, "[network] metrics_listen: must be IP:PORT"),
+    ({"network": {"peer_bytes_per_s": 0}}, "[network] peer_bytes_per_s: must be an integer >= 1"),
+    ({"node": {"lean_memory": "yes"}}, "[node] lean_memory: must be true or false"),
     ({"node": {"socket": "/" + "x" * 120}}, "[node] socket: a Unix socket path holds at most"),
     ({"node": {"log_level": "loud"}}, "[node] log_level: must be one of"),
     ({"task": {"name": "cifar"}}, "[task] name: must be one of digits"),
@@ -179,7 +181,7 @@ def test_every_commented_default_is_the_real_default() -> None:
     for line in text.splitlines():
         body = line[2:] if line.startswith("# ") and " = " in line.split("#")[1] else line
         key = body.split("=")[0].strip()
-        if key in ("manifest", "socket_group", "metrics_listen", "csv_glob"):
+        if key in ("manifest", "socket_group", "metrics_listen", "csv_glob", "peer_bytes_per_s"):
             continue  # these are examples of optional settings, not defaults
         lines.append(body.split("  #")[0])
     data = tomllib.loads("\n".join(lines))
@@ -188,3 +190,22 @@ def test_every_commented_default_is_the_real_default() -> None:
     base = Config.default(bytes.fromhex(ADMIN_HEX), bytes.fromhex(FLEET_HEX))
     assert (cfg.node, cfg.network, cfg.learning, cfg.validation, cfg.task) == (
         base.node, base.network, base.learning, base.validation, base.task)
+
+
+def test_peer_byte_budget_fits_one_full_session_and_scales_with_the_round() -> None:
+    import torch
+
+    from peerd.core.entry import Schema
+    from peerd.daemon import SESSION_CONTROL_BYTES, peer_byte_budget
+    from peerd.node import wire_schema
+    from peerd.protocol.admission import entry_frame_limit
+
+    schema = Schema.of({"w": torch.zeros(1000, 10)})
+    frame = entry_frame_limit(wire_schema(schema))
+    assert frame >= 40_000  # 10k float32 parameters, plus the head
+    cfg = loads_config(doc(learning={"capacity": 3, "round_interval_s": 5.0}))
+    rate, burst = peer_byte_budget(cfg, schema)
+    assert burst == 4 * frame + SESSION_CONTROL_BYTES  # C + 1 entries at the largest size
+    assert rate == pytest.approx(2 * burst / 5.0)
+    fixed = loads_config(doc(network={"peer_bytes_per_s": 12345}))
+    assert peer_byte_budget(fixed, schema)[0] == 12345.0

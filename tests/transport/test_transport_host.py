@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.transport import (
     FrameTooLargeError,
+    PeerBudgetError,
     Stream,
     StreamClosedError,
     StreamLimitError,
@@ -223,6 +224,67 @@ def test_outbound_stream_limit_per_peer() -> None:
                 await write_frame(s, b"ok")
                 assert await read_frame(s, 10) == b"ok"
             assert a.peer_stats()[b.peer_id].streams_out == 0
+
+    run(body)
+
+
+def test_flooding_peer_is_cut_off_by_its_byte_budget_and_let_back_after_refill() -> None:
+    """A member that keeps sending is stopped after its burst; others are unaffected."""
+    received: list[int] = []
+
+    async def sink(stream: Stream) -> None:
+        while True:
+            try:
+                received.append(len(await read_frame(stream, 1 << 20)))
+            except StreamClosedError:
+                return
+
+    async def body() -> None:
+        # 200 KB burst, refilled at 100 KB/s: a 64 KB frame every loop outruns it.
+        b_cfg = TransportConfig(listen_host="127.0.0.1", peer_bytes_per_s=100_000,
+                                peer_burst_bytes=200_000)
+        async with host(sink, b_cfg) as b, host() as flooder, host() as honest:
+            with pytest.raises(TransportError):
+                async with flooder.open_stream(b.peer_id, b.listen_addrs) as s:
+                    for _ in range(100):  # 6.4 MB if nothing stopped it
+                        await write_frame(s, bytes(64 * 1024))
+                        await trio.sleep(0)
+            stats = b.peer_stats()[flooder.peer_id]
+            assert stats.budget_refusals >= 1
+            # Overdraft is bounded by one read chunk past the burst, never the whole flood.
+            assert stats.bytes_in <= 200_000 + 1024 * 1024
+            assert sum(received) < 6_400_000
+            # While its budget is spent, new streams from the flooder are refused at once...
+            with pytest.raises(TransportError):
+                async with flooder.open_stream(b.peer_id) as s:
+                    await write_frame(s, b"again")
+                    await read_frame(s, 10)
+            # ...while another peer's budget is its own.
+            async with honest.open_stream(b.peer_id, b.listen_addrs) as s:
+                await write_frame(s, b"hello")
+            await trio.sleep(0.2)
+            assert b.peer_stats()[honest.peer_id].budget_refusals == 0
+            # After the refill (balance back above zero) the flooder may talk again.
+            await trio.sleep(stats.budget_in.wait_s(time.monotonic()) + 0.2
+                             if stats.budget_in else 0)
+            async with flooder.open_stream(b.peer_id) as s:
+                await write_frame(s, b"polite")
+            await trio.sleep(0.2)
+            assert received[-1] == len(b"polite")
+
+    run(body)
+
+
+def test_outbound_budget_stops_us_uploading_to_one_peer() -> None:
+    async def body() -> None:
+        a_cfg = TransportConfig(listen_host="127.0.0.1", peer_bytes_per_s=50_000,
+                                peer_burst_bytes=100_000)
+        async with host() as b, host(config=a_cfg) as a:
+            with pytest.raises(PeerBudgetError, match="outbound"):
+                async with a.open_stream(b.peer_id, b.listen_addrs) as s:
+                    for _ in range(10):
+                        await write_frame(s, bytes(60_000))
+            assert a.peer_stats()[b.peer_id].bytes_out <= 100_000 + 60_004
 
     run(body)
 
