@@ -47,6 +47,8 @@ MAX_MDNS_INTERFACES = 64
 MAX_CSV_FEATURES = 100_000
 #: Bound on a torch thread count: more than the cores only adds contention.
 MAX_TORCH_THREADS = 1024
+#: Bound on concurrent entry receptions: each may hold one model-sized buffer.
+MAX_CONCURRENT_RECEIVES = 64
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TASKS = ("digits", "mnist", "fashion-mnist", "csv")
@@ -93,6 +95,10 @@ class NetworkConfig:
     #: None = automatic: twice what an honest peer can need, i.e. all C + 1 entries of the
     #: largest allowed size once per round interval. See docs/operations.md.
     peer_bytes_per_s: int | None = None
+    #: Entries received at once, from all peers together; each holds a model-sized buffer
+    #: until verified. Receiving is CPU-bound (Noise runs in Python under the GIL), so a
+    #: second slot buys little speed and costs a model's worth of memory per slot.
+    max_concurrent_receives: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +352,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "static_peers": _str_list(MAX_STATIC_PEERS, _multiaddr),
         "metrics_listen": _optional(_host_port),
         "peer_bytes_per_s": _optional(_int(1)),
+        "max_concurrent_receives": _int(1, MAX_CONCURRENT_RECEIVES),
     }),
     "fleet": (FleetConfig, {
         "admin_public_key": _hex(PUBLIC_KEY_LEN), "fleet_id": _hex(FLEET_ID_LEN),

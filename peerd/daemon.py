@@ -168,6 +168,9 @@ class Daemon:
         self.listen_addrs: list[str] = []
         self.ready = trio.Event()
         self._metrics: StatusMetrics | None = None
+        self._receive_slots = trio.Semaphore(cfg.network.max_concurrent_receives)
+        #: The model equals the published entry's tensors bit for bit (see RoundInput).
+        self._model_is_published = False
         self._restore()
 
     # ------------------------------------------------------------------ state
@@ -180,6 +183,7 @@ class Daemon:
             version = max(version, own.entry.meta.version)
             self.model.load_state_dict({k: v.clone() for k, v in own.entry.params.items()})
             self.metrics.published_params = dict(own.entry.params)
+            self._model_is_published = True
         if counters.lost:
             log.error("counters were corrupt; resuming after the highest version found")
         self.node.round = counters.round
@@ -207,7 +211,10 @@ class Daemon:
         inp = RoundInput(own_id=node.id, cache=tuple(node.cache), peers=peers, clock=clock,
                          policy=learning.alpha_policy, steps=learning.local_steps,
                          batch_size=learning.batch_size, lr=learning.lr, rho=learning.rho,
-                         seed=seed)
+                         seed=seed,
+                         published=self.metrics.published_params if self._model_is_published
+                         else None)
+        self._model_is_published = False  # the round trains the model in place
         out: RoundOutput = await trio.to_thread.run_sync(run_round, self.model, self.task, inp)
         m = self.metrics
         m.examples, m.train_loss, m.val_loss = out.examples, out.train_loss, out.val_loss
@@ -226,6 +233,7 @@ class Daemon:
             node.set_own(entry, message)
             # Shares the entry's tensors: the last published model is kept once, not twice.
             m.version, m.published_params = version, dict(entry.params)
+            self._model_is_published = True  # signed from the model's own tensors
             await trio.to_thread.run_sync(persist.save_own, self.state, node)
             self._wake_gossip.set()
         else:
@@ -259,7 +267,8 @@ class Daemon:
             self.state.audit("manifest", seq=self.node.manifest.seq)
 
         return SessionContext(admin_key=self.cfg.fleet.admin_public_key, now=self.now,
-                              on_manifest=adopted)
+                              on_manifest=adopted,
+                              receive_slots=self._receive_slots)
 
     async def _session(self, stream: Stream, peer_id: str, initiator: bool) -> None:
         peer = self.peers.setdefault(peer_id, Peer(peer_id, [], self.now(), "inbound"))

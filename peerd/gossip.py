@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -67,6 +68,10 @@ class SessionContext:
     now: Callable[[], float]
     #: Called after a newer manifest was adopted (the daemon persists it).
     on_manifest: Callable[[msg.ManifestMessage], None] = lambda m: None
+    #: Shared by all sessions: entries being received at once, each holding a model-sized
+    #: frame until it is verified and cached. Without it, C peers sending at the same time
+    #: would put C extra model copies in memory on top of the cache. None = no limit.
+    receive_slots: trio.Semaphore | None = None
 
 
 async def _recv(io: FrameIO, expected: type[M]) -> M:
@@ -191,24 +196,31 @@ async def _receive_entries(
             raise ProtocolError(Reason.MALFORMED, "peer announced an entry we did not ask for")
         wanted.discard((item.origin, item.version))
     for item in announce.entries:
-        frame = await io.recv(limit)
-        message = msg.decode_frame(frame)
-        if not isinstance(message, msg.Entry):
-            raise ProtocolError(Reason.MALFORMED, f"expected entry, got {message.TYPE}")
-        try:
-            verified = await trio.to_thread.run_sync(lambda m=message: verify(
-                m, fleet_id=node.fleet_id, manifest=node.manifest, ledger=node.ledger,
-                schema=node.schema, limits=node.limits, now=ctx.now()))
-        except ProtocolError as exc:
-            # One bad entry does not end the session: count it and read the next frame.
-            node.reject(exc.reason)
-            result.refused[str(exc.reason)] = result.refused.get(str(exc.reason), 0) + 1
-            log.info("refused entry from %s via %s: %s", item.origin[:16], peer_id[:16], exc)
-            continue
-        meta = verified.entry.meta
-        if (meta.origin, meta.version) != (item.origin, item.version):
-            raise ProtocolError(Reason.MALFORMED, "entry differs from its announcement")
-        reason = node.accept(verified, sender=peer_id, now=ctx.now())
+        # The sender blocks on flow control while we wait for a slot: nothing piles up here.
+        async with ctx.receive_slots or nullcontext():
+            frame = await io.recv(limit)
+            message = msg.decode_frame(frame)
+            del frame  # the message's views keep the buffer alive only while they are needed
+            if not isinstance(message, msg.Entry):
+                raise ProtocolError(Reason.MALFORMED, f"expected entry, got {message.TYPE}")
+            try:
+                verified = await trio.to_thread.run_sync(lambda m=message: verify(
+                    m, fleet_id=node.fleet_id, manifest=node.manifest, ledger=node.ledger,
+                    schema=node.schema, limits=node.limits, now=ctx.now()))
+            except ProtocolError as exc:
+                # One bad entry does not end the session: count it and read the next frame.
+                node.reject(exc.reason)
+                result.refused[str(exc.reason)] = result.refused.get(str(exc.reason), 0) + 1
+                log.info("refused entry from %s via %s: %s", item.origin[:16], peer_id[:16],
+                         exc)
+                continue
+            finally:
+                del message
+            meta = verified.entry.meta
+            if (meta.origin, meta.version) != (item.origin, item.version):
+                raise ProtocolError(Reason.MALFORMED, "entry differs from its announcement")
+            reason = node.accept(verified, sender=peer_id, now=ctx.now())
+            del verified  # refused: its buffer goes back before the slot does
         if reason is None:
             result.received += 1
         else:

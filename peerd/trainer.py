@@ -18,7 +18,7 @@ from peerd.core.alpha import AlphaPolicy
 from peerd.core.blend import blend_into
 from peerd.core.drift import drift
 from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
-from peerd.core.local_update import LossName, local_update
+from peerd.core.local_update import BlendAnchor, LossName, local_update
 from peerd.core.plan import blend_plan
 from peerd.core.staleness import Clock
 from peerd.tasks import Task
@@ -36,6 +36,10 @@ class RoundInput:
     lr: float
     rho: float
     seed: int  # per-round batch order: derived from the node id and round by the caller
+    #: The own published entry's tensors when the model still equals them exactly (it was
+    #: published after the last round, or restored from it). They then stand in for the
+    #: model in x̄'s blend, so x̄ needs no copy of its own; None = the model moved since.
+    published: Mapping[str, torch.Tensor] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +90,24 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     n = len(data.y_train)
     own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
     alphas: dict[str, float] = {inp.own_id: 1.0}
+    # x̄ for the proximal term: a copy of the round's start model unless it can be expressed
+    # by tensors that exist anyway (the published entry, the cached peers' payloads).
+    anchor: Mapping[str, torch.Tensor] | BlendAnchor | None = inp.published
     if inp.peers:
         # Only the example count and age matter to α; the digest is never looked at here,
         # so the (44 MB) model is not hashed for it.
         own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id, n, "")
         origins, weights = blend_plan(own_meta, inp.cache, inp.clock, inp.policy)
-        members: Sequence[Mapping[str, torch.Tensor]] = [own_params, *(e.params for e in inp.peers)]
+        own = inp.published if inp.published is not None else own_params
+        members: Sequence[Mapping[str, torch.Tensor]] = [own, *(e.params for e in inp.peers)]
         # In place, block by block: no stacked copy of the C + 1 models, no result copy.
         blend_into(own_params, members, weights)
         alphas = dict(zip(origins, (float(w) for w in weights), strict=True))
+        if inp.published is not None:
+            anchor = BlendAnchor(members, [float(w) for w in weights])
     result = local_update(model, data.X_train, data.y_train, steps=inp.steps,
                           batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=task.loss,
-                          generator=torch.Generator().manual_seed(inp.seed))
+                          generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)
     # Evaluated in training-sized batches: no activation buffer larger than a step's.
     val_loss, acc = evaluate(model, data.X_val, data.y_val, task.loss, batch_size=inp.batch_size)
     trained = {k: v.detach() for k, v in model.state_dict().items()}

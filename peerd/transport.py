@@ -82,6 +82,9 @@ from peerd.transport_config import tcp_multiaddr as tcp_multiaddr
 
 logger = logging.getLogger(__name__)
 
+#: Largest piece handed to libp2p per write call (Yamux splits it into window-sized frames).
+WRITE_CHUNK_LEN = 1024 * 1024
+
 
 class Stream(FramedStream):
     """One bidirectional stream to an authenticated peer.
@@ -128,17 +131,23 @@ class Stream(FramedStream):
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``; no deadline of its own, callers set one."""
-        self._check_budget(self._stats.budget_out, "outbound")
-        try:
-            await self._raw.write(bytes(data) if not isinstance(data, bytes) else data)
-        except (StreamEOF, StreamReset) as e:
-            raise StreamClosedError("stream closed by remote") from e
-        except Exception as e:
-            raise TransportError(f"write failed: {e!r}") from e
-        self._stats.bytes_out += len(data)
-        self._stats.last_seen = time.time()
-        if self._stats.budget_out is not None:
-            self._stats.budget_out.charge(len(data), time.monotonic())
+        view = memoryview(data)
+        # libp2p wants bytes: convert one slice at a time, so sending a 44 MB entry held as a
+        # view costs one chunk of extra memory, not a second copy of the entry; the budget
+        # is checked per chunk, so it is overdrawn by at most one.
+        for lo in range(0, len(view), WRITE_CHUNK_LEN):
+            self._check_budget(self._stats.budget_out, "outbound")
+            chunk = bytes(view[lo:lo + WRITE_CHUNK_LEN])
+            try:
+                await self._raw.write(chunk)
+            except (StreamEOF, StreamReset) as e:
+                raise StreamClosedError("stream closed by remote") from e
+            except Exception as e:
+                raise TransportError(f"write failed: {e!r}") from e
+            self._stats.bytes_out += len(chunk)
+            self._stats.last_seen = time.time()
+            if self._stats.budget_out is not None:
+                self._stats.budget_out.charge(len(chunk), time.monotonic())
 
     async def close_write(self) -> None:
         """Half-close: the remote reads EOF after our last frame; we can still read."""

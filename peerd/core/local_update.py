@@ -8,9 +8,9 @@ and with ρ = 0 this *is* plain SGD, bit for bit: the penalty is skipped, not mu
 
 Two entry points share the step rule and the batch sampler:
 
-* :func:`local_update` trains one ``nn.Module`` in place (the daemon). It applies the
-  same foreach kernel as ``torch.optim.SGD(foreach=True)`` and adds ρ(x − x̄) into the
-  gradients first, so its cost over plain SGD is two in-place foreach adds per step.
+* :func:`local_update` trains one ``nn.Module`` in place (the daemon). Each parameter is
+  stepped inside backward as soon as its gradient is complete (plain SGD arithmetic, plus
+  ρ(x − x̄) added into the gradient), so gradients never take a whole model's memory.
 * :func:`batched_local_update` trains A stacked copies of one architecture at once with
   ``torch.func.vmap`` (the simulator: all agents of a round in one call).
 
@@ -19,7 +19,7 @@ Randomness comes in as a ``torch.Generator``; nothing here reads a clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,6 +70,23 @@ class LocalResult:
     last_loss: float
 
 
+@dataclass(frozen=True, slots=True)
+class BlendAnchor:
+    """x̄ = Σ α_j models[j], kept as the blend's inputs rather than as a copy of the result.
+
+    The proximal pull ρ(x − x̄) is then ρx − Σ ρα_j x_j, accumulated straight into each
+    gradient: no model-sized anchor is allocated. The models must not change during the
+    update (the daemon's are immutable signed payloads).
+    """
+
+    models: Sequence[Mapping[str, torch.Tensor]]
+    alpha: Sequence[float]
+
+    def __post_init__(self) -> None:
+        if len(self.models) != len(self.alpha) or not self.models:
+            raise ValueError(f"{len(self.models)} models for {len(self.alpha)} weights")
+
+
 def local_update(
     model: nn.Module,
     X: torch.Tensor,
@@ -81,11 +98,13 @@ def local_update(
     rho: float,
     loss: LossName,
     generator: torch.Generator,
-    anchor: Mapping[str, torch.Tensor] | None = None,
+    anchor: Mapping[str, torch.Tensor] | BlendAnchor | None = None,
 ) -> LocalResult:
     """Train ``model`` in place for ``steps`` proximal SGD steps on ``(X, y)``.
 
-    ``anchor`` is x̄, the model the round started from (default: the model as passed in).
+    ``anchor`` is x̄, the model the round started from: given as tensors, as the inputs of
+    the blend that made it (:class:`BlendAnchor`), or, by default, a copy of the model as
+    passed in.
     """
     if rho < 0 or lr <= 0:
         raise ValueError(f"need rho >= 0 and lr > 0 (got rho={rho}, lr={lr})")
@@ -93,33 +112,59 @@ def local_update(
         raise ValueError(f"{X.shape[0]} inputs but {y.shape[0]} targets")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params: list[torch.Tensor] = [p for _, p in named]
-    if anchor is None:
-        anchors = [p.detach().clone() for p in params]
+    # Per parameter: the (weight, tensor) terms of x̄. One term of weight 1 for a plain anchor.
+    anchors: list[list[tuple[float, torch.Tensor]]]
+    if rho == 0:
+        anchors = [[] for _ in params]  # no pull, no copy
+    elif anchor is None:
+        anchors = [[(1.0, p.detach().clone())] for p in params]
+    elif isinstance(anchor, BlendAnchor):
+        anchors = [[(float(a), m[n].detach()) for a, m in zip(anchor.alpha, anchor.models,
+                                                              strict=True) if a != 0]
+                   for n, _ in named]
     else:
-        anchors = [anchor[n].detach() for n, _ in named]
+        anchors = [[(1.0, anchor[n].detach())] for n, _ in named]
     criterion = _criterion(loss)
     batches = sample_batches(X.shape[0], batch_size, steps, generator)
+
+    def apply_step(p: torch.Tensor, terms: list[tuple[float, torch.Tensor]]) -> None:
+        g = p.grad
+        if g is None:
+            return
+        with torch.no_grad():
+            if rho != 0:
+                # ∇ of ρ/2‖x − x̄‖² is ρ(x − x̄) = ρx − Σ ρα_j x_j: in-place adds into the
+                # gradient, no temporaries and no copy of x̄.
+                g.add_(p, alpha=rho)
+                for weight, x in terms:
+                    g.add_(x, alpha=-rho * weight)
+            # Plain SGD: the very arithmetic of torch.optim.SGD without momentum, so ρ = 0
+            # stays bit-identical to it. Not torch.optim itself: constructing an optimizer
+            # imports torch._dynamo, ~75 MB resident for the daemon's whole life.
+            p.add_(g, alpha=-lr)
+        p.grad = None
+
+    # The step runs inside backward, one parameter at a time, as soon as its gradient is
+    # complete (autograd sums every use of a parameter before this hook fires), and frees
+    # that gradient at once: a model's worth of gradients is never alive together, only the
+    # layer being updated. Autograd's version counters turn any later use of an updated
+    # parameter in the same backward into an error, never a silently wrong gradient.
+    handles = [p.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
+                   lambda p, a=a: apply_step(p, a))
+               for p, a in zip(params, anchors, strict=True)]
+    for p in params:
+        p.grad = None  # a stale gradient left by the caller would be added into step 1
     model.train()
     losses = torch.zeros(steps)
-    for k in range(steps):
-        idx = batches[k]
-        value = criterion(model(X[idx]), y[idx])
-        value.backward()  # type: ignore[no-untyped-call]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        if rho != 0:
-            # ∇ of ρ/2‖x − x̄‖² is ρ(x − x̄) = ρx − ρx̄: two in-place foreach kernels over
-            # the parameters, no temporaries and no second copy of x̄ (alpha scales on the fly).
-            torch._foreach_add_(grads, [p.detach() for p in params], alpha=rho)
-            torch._foreach_add_(grads, anchors, alpha=-rho)
-        # Plain SGD, the very kernel torch.optim.SGD(foreach=True) runs without momentum, so
-        # ρ = 0 stays bit-identical to it. Not torch.optim itself: constructing an optimizer
-        # imports torch._dynamo, ~75 MB of resident memory for the daemon's whole life.
-        with torch.no_grad():
-            torch._foreach_add_(params, grads, alpha=-lr)
-        losses[k] = value.detach()
-        # Free this step's gradients before the next backward allocates new ones, or two
-        # models' worth of gradients would be alive at once (and between rounds, one).
-        del grads
+    try:
+        for k in range(steps):
+            idx = batches[k]
+            value = criterion(model(X[idx]), y[idx])
+            value.backward()  # type: ignore[no-untyped-call]
+            losses[k] = value.detach()
+    finally:
+        for h in handles:
+            h.remove()
         for p in params:
             p.grad = None
     if steps == 0:

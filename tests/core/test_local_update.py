@@ -52,6 +52,51 @@ def test_rho_zero_equals_plain_torch_sgd_bit_for_bit() -> None:
         assert torch.equal(pa, pc), name
 
 
+class Tied(nn.Module):
+    """One weight used twice per forward (as tied embeddings are)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.square = nn.Linear(5, 5)
+        self.head = nn.Linear(5, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.square(torch.tanh(self.square(x)))))  # type: ignore[no-any-return]
+
+
+def test_tied_weight_is_stepped_once_with_its_summed_gradient() -> None:
+    # The per-parameter step fires inside backward: a weight used twice must still be
+    # stepped exactly once, with both uses' gradients, as torch.optim.SGD does.
+    X, y = data()
+    a, c = Tied(), Tied()
+    local_update(a, X, y, steps=5, batch_size=16, lr=0.1, rho=0.0, loss="cross_entropy",
+                 generator=torch.Generator().manual_seed(3))
+    opt = torch.optim.SGD(c.parameters(), lr=0.1)
+    for idx in sample_batches(len(X), 16, 5, torch.Generator().manual_seed(3)):
+        opt.zero_grad()
+        nn.functional.cross_entropy(c(X[idx]), y[idx]).backward()
+        opt.step()
+    for pa, pc in zip(a.parameters(), c.parameters(), strict=True):
+        torch.testing.assert_close(pa, pc, rtol=0, atol=1e-6)
+
+
+def test_no_gradient_is_left_behind_and_stale_ones_are_ignored() -> None:
+    X, y = data()
+    a, b = net(), net()
+    for p in a.parameters():
+        p.grad = torch.full_like(p, 100.0)  # left over by the caller
+    for m in (a, b):
+        local_update(m, X, y, steps=3, batch_size=16, lr=0.1, rho=0.5, loss="cross_entropy",
+                     generator=torch.Generator().manual_seed(1))
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert pa.grad is None
+        assert torch.equal(pa, pb)
+    # The hooks are gone: a plain backward afterwards just accumulates gradients.
+    nn.functional.cross_entropy(a(X), y).backward()
+    assert all(p.grad is not None for p in a.parameters())
+
+
 def test_penalty_gradient_is_rho_times_x_minus_anchor() -> None:
     X, y = data()
     m = net()

@@ -146,3 +146,53 @@ def test_garbage_frames_end_only_that_session_and_the_cache_survives() -> None:
     result = trio.run(hostile)
     assert result.refused == {"malformed": 1}
     assert b.cache == before
+
+
+class CountingIO(MemoryIO):
+    """Counts entry frames being received at once across every session sharing ``live``."""
+
+    def __init__(self, inner: MemoryIO, live: list[int], peak: list[int]) -> None:
+        super().__init__(inner._send, inner._recv)
+        self.live, self.peak = live, peak
+
+    async def recv(self, max_len: int) -> bytes:
+        if max_len <= 1 << 20:  # control frames: not a model-sized buffer
+            return await super().recv(max_len)
+        self.live[0] += 1
+        self.peak[0] = max(self.peak[0], self.live[0])
+        try:
+            await trio.sleep(0.05)  # a slow link: give the other session every chance
+            return await super().recv(max_len)
+        finally:
+            self.live[0] -= 1
+
+
+def fan_in(slots: int | None) -> tuple[NodeState, int]:
+    """M hears from three peers at once; the most entry frames it received together."""
+    peers = [signed_node(k, 1, A, B, C, OUT) for k in (B, C, OUT)]
+    m = signed_node(A, 1, A, B, C, OUT)
+    for i, p in enumerate(peers):
+        publish(p, i + 1)
+    ctx = SessionContext(admin_key=public_key_bytes(ADMIN), now=lambda: NOW,
+                         receive_slots=trio.Semaphore(slots) if slots else None)
+    live, peak = [0], [0]
+
+    async def main() -> None:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                for p in peers:
+                    io_m, io_p = pipe()
+                    nursery.start_soon(lambda io=io_m, p=p: run_session(
+                        CountingIO(io, live, peak), m, ctx, peer_id=p.id, initiator=False))
+                    nursery.start_soon(lambda io=io_p, p=p: run_session(
+                        io, p, CTX, peer_id=m.id, initiator=True))
+
+    trio.run(main)
+    return m, peak[0]
+
+
+def test_receive_slots_bound_entries_in_flight_across_sessions() -> None:
+    m, peak = fan_in(1)
+    assert len(m.cache) == 3 and peak == 1
+    m, peak = fan_in(None)  # the same fan-in without slots overlaps all three
+    assert len(m.cache) == 3 and peak == 3

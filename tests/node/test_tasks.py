@@ -129,3 +129,29 @@ def test_a_round_blends_the_cache_trains_and_reports() -> None:
     assert out.alpha == {"me": 0.5, "peer": 0.5}
     assert out.examples == 16 and out.val_accuracy == 1.0
     assert out.drift["peer"] > 0
+
+
+@pytest.mark.parametrize("with_peer", [True, False])
+def test_anchor_from_the_published_entry_trains_like_an_anchor_copy(with_peer: bool) -> None:
+    # RoundInput.published lets x̄ be expressed by tensors that exist anyway instead of a
+    # copy; the training must come out the same (to float32 rounding of the blend).
+    from peerd.core.entry import CacheItem, Entry
+
+    task = Toy()
+    a, b = task.model(), task.model()
+    b.load_state_dict(a.state_dict())
+    published = {k: v.detach().clone() for k, v in a.state_dict().items()}
+    g = torch.Generator().manual_seed(4)
+    peer = Entry.create(origin="peer", version=1, created_at=90.0, num_examples=16,
+                        params={k: torch.randn(v.shape, generator=g)
+                                for k, v in published.items()})
+    cache = (CacheItem(peer.meta, "peer", 95.0),) if with_peer else ()
+    base = dict(own_id="me", cache=cache, peers=(peer,) if with_peer else (),
+                clock=Clock.time(100.0), policy=AlphaPolicy.parse("uniform"), steps=10,
+                batch_size=4, lr=0.3, rho=5.0, seed=0)
+    out_a = run_round(a, task, RoundInput(**base, published=published))  # type: ignore[arg-type]
+    out_b = run_round(b, task, RoundInput(**base))  # type: ignore[arg-type]
+    for k in out_a.params:
+        torch.testing.assert_close(out_a.params[k], out_b.params[k], rtol=1e-5, atol=1e-6)
+    # ρ = 5 pulls hard: a wrong x̄ (e.g. the trained model, or the peer alone) would not match.
+    assert out_a.alpha == out_b.alpha

@@ -284,7 +284,7 @@ def test_outbound_budget_stops_us_uploading_to_one_peer() -> None:
                 async with a.open_stream(b.peer_id, b.listen_addrs) as s:
                     for _ in range(10):
                         await write_frame(s, bytes(60_000))
-            assert a.peer_stats()[b.peer_id].bytes_out <= 100_000 + 60_004
+            assert a.peer_stats()[b.peer_id].bytes_out <= 100_000 + 60_004  # one frame over
 
     run(body)
 
