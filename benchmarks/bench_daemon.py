@@ -223,8 +223,9 @@ def memory_report(r: dict[str, Any]) -> list[str]:
         f"rest, {(hwm - base - tiny_fixed) / size:.1f} × model size, is model-sized buffers. "
         f"Held by design: the model, the own signed entry and the C cached entries "
         f"(C + 2); bounded in flight: one entry being received "
-        f"(`max_concurrent_receives = 1`) and, while a round signs, the new own payload "
-        f"next to the old one; the breakdown below shows each step's share. "
+        f"(`max_concurrent_receives = 1`), a copy of x̄ while a round with peers trains, "
+        f"and the new own payload next to the old one while it signs; the breakdown below "
+        f"shows each step's share. "
         f"C = {c} peers delivered their entries to M in {r['exchange_s']:.0f} s from their "
         f"start (start-up, connection, transfer, verification). Memory phase took "
         f"{r['seconds']:.0f} s.",

@@ -35,7 +35,7 @@ from peerd import persist, sdnotify
 from peerd.config import Config
 from peerd.control import ControlServer
 from peerd.core.drift import drift, should_publish
-from peerd.core.entry import Schema
+from peerd.core.entry import CacheItem, Schema
 from peerd.core.staleness import StalenessMode
 from peerd.discovery import PeerHint, open_discovery
 from peerd.gossip import SessionContext, run_session
@@ -50,7 +50,7 @@ from peerd.protocol.limits import PROTOCOL_VERSION
 from peerd.protocol.manifest import Manifest, accept_manifest, decode_manifest_file
 from peerd.state import Counters, StateDir
 from peerd.tasks import Task, load_task
-from peerd.trainer import RoundInput, RoundOutput, run_round
+from peerd.trainer import RoundInput, RoundOutput, drift_to, run_round
 from peerd.transport import Stream, TransportConfig, TransportError, open_transport
 
 log = logging.getLogger(__name__)
@@ -206,9 +206,12 @@ class Daemon:
         for item in node.expire(now):
             self.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
         clock = node.clock(now)
-        peers = tuple(node.blend_inputs())
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
-        inp = RoundInput(own_id=node.id, cache=tuple(node.cache), peers=peers, clock=clock,
+        # The round gets metadata plus a list of entries it consumes (see RoundInput.peers):
+        # nothing here keeps a reference that would pin a superseded entry during training.
+        meta_only = tuple(CacheItem(i.meta, i.received_from, i.received_at, verified=i.verified)
+                          for i in node.cache)
+        inp = RoundInput(own_id=node.id, cache=meta_only, peers=node.blend_inputs(), clock=clock,
                          policy=learning.alpha_policy, steps=learning.local_steps,
                          batch_size=learning.batch_size, lr=learning.lr, rho=learning.rho,
                          seed=seed,
@@ -218,7 +221,9 @@ class Daemon:
         out: RoundOutput = await trio.to_thread.run_sync(run_round, self.model, self.task, inp)
         m = self.metrics
         m.examples, m.train_loss, m.val_loss = out.examples, out.train_loss, out.val_loss
-        m.val_accuracy, m.alpha, m.drift = out.val_accuracy, out.alpha, out.drift
+        m.val_accuracy, m.alpha = out.val_accuracy, out.alpha
+        # Drift to what the cache holds now (entries may have been replaced meanwhile).
+        m.drift = await trio.to_thread.run_sync(drift_to, out.params, node.blend_inputs())
         node.round += 1
         moved = (math.inf if m.published_params is None
                  else drift(out.params, m.published_params))

@@ -18,7 +18,7 @@ from peerd.core.alpha import AlphaPolicy
 from peerd.core.blend import blend_into
 from peerd.core.drift import drift
 from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
-from peerd.core.local_update import BlendAnchor, LossName, local_update
+from peerd.core.local_update import LossName, local_update
 from peerd.core.plan import blend_plan
 from peerd.core.staleness import Clock
 from peerd.tasks import Task
@@ -27,8 +27,11 @@ from peerd.tasks import Task
 @dataclass(frozen=True, slots=True)
 class RoundInput:
     own_id: str
-    cache: tuple[CacheItem, ...]  # payloads are peerd.node.Held (entry + message)
-    peers: tuple[Entry, ...]  # the cache's entries, same order
+    cache: tuple[CacheItem, ...]  # metadata only (payloads dropped): what α is computed from
+    #: The cache's entries, same order. Consumed: run_round empties the list once they are
+    #: blended, so an entry the cache replaces while this round trains can be freed at once
+    #: instead of being pinned (C superseded models in the worst case) until the round ends.
+    peers: list[Entry]
     clock: Clock
     policy: AlphaPolicy
     steps: int
@@ -48,7 +51,6 @@ class RoundOutput:
     #: each round). Valid until the model trains again; the daemon signs them before that.
     params: dict[str, torch.Tensor]
     alpha: dict[str, float]  # origin -> α used in this round's blend (own included)
-    drift: dict[str, float]  # origin -> distance between the trained model and that entry
     examples: int
     train_loss: float
     val_loss: float
@@ -84,37 +86,43 @@ def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss: LossName,
     return total_loss / y.numel(), None
 
 
+def drift_to(params: Mapping[str, torch.Tensor], entries: Sequence[Entry]) -> dict[str, float]:
+    """§3.10: how far each cached peer model is from ``params`` (the trained model)."""
+    return {e.meta.origin: drift(params, dict(e.params)) for e in entries}
+
+
 def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     """One round: x̄ = blend(own, cache); K proximal steps from x̄; evaluate."""
     data = task.data()  # re-read every round: local data may have grown
     n = len(data.y_train)
     own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
     alphas: dict[str, float] = {inp.own_id: 1.0}
-    # x̄ for the proximal term: a copy of the round's start model unless it can be expressed
-    # by tensors that exist anyway (the published entry, the cached peers' payloads).
-    anchor: Mapping[str, torch.Tensor] | BlendAnchor | None = inp.published
+    # x̄ for the proximal term. Without peers it is the model as published (no copy); with
+    # peers, one copy of the blend (None below). Keeping x̄ as the blend's inputs instead
+    # would pin every blended entry through training, and in a busy mesh the cache replaces
+    # them meanwhile: up to C superseded models held where one copy would do.
+    anchor: Mapping[str, torch.Tensor] | None = inp.published
     if inp.peers:
         # Only the example count and age matter to α; the digest is never looked at here,
         # so the (44 MB) model is not hashed for it.
         own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id, n, "")
         origins, weights = blend_plan(own_meta, inp.cache, inp.clock, inp.policy)
-        own = inp.published if inp.published is not None else own_params
-        members: Sequence[Mapping[str, torch.Tensor]] = [own, *(e.params for e in inp.peers)]
+        members: Sequence[Mapping[str, torch.Tensor]] = [own_params,
+                                                         *(e.params for e in inp.peers)]
         # In place, block by block: no stacked copy of the C + 1 models, no result copy.
         blend_into(own_params, members, weights)
         alphas = dict(zip(origins, (float(w) for w in weights), strict=True))
-        if inp.published is not None:
-            anchor = BlendAnchor(members, [float(w) for w in weights])
+        del members
+        inp.peers.clear()  # see RoundInput.peers
+        anchor = None
     result = local_update(model, data.X_train, data.y_train, steps=inp.steps,
                           batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=task.loss,
                           generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)
     # Evaluated in training-sized batches: no activation buffer larger than a step's.
     val_loss, acc = evaluate(model, data.X_val, data.y_val, task.loss, batch_size=inp.batch_size)
     trained = {k: v.detach() for k, v in model.state_dict().items()}
-    # §3.10: how far each cached peer model is from where local training took us.
-    distances = {e.meta.origin: drift(trained, dict(e.params)) for e in inp.peers}
     return RoundOutput(
         params=trained,
-        alpha=alphas, drift=distances, examples=n, train_loss=result.mean_loss,
+        alpha=alphas, examples=n, train_loss=result.mean_loss,
         val_loss=val_loss, val_accuracy=acc,
     )

@@ -19,7 +19,7 @@ Randomness comes in as a ``torch.Generator``; nothing here reads a clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,23 +70,6 @@ class LocalResult:
     last_loss: float
 
 
-@dataclass(frozen=True, slots=True)
-class BlendAnchor:
-    """x̄ = Σ α_j models[j], kept as the blend's inputs rather than as a copy of the result.
-
-    The proximal pull ρ(x − x̄) is then ρx − Σ ρα_j x_j, accumulated straight into each
-    gradient: no model-sized anchor is allocated. The models must not change during the
-    update (the daemon's are immutable signed payloads).
-    """
-
-    models: Sequence[Mapping[str, torch.Tensor]]
-    alpha: Sequence[float]
-
-    def __post_init__(self) -> None:
-        if len(self.models) != len(self.alpha) or not self.models:
-            raise ValueError(f"{len(self.models)} models for {len(self.alpha)} weights")
-
-
 def local_update(
     model: nn.Module,
     X: torch.Tensor,
@@ -98,13 +81,12 @@ def local_update(
     rho: float,
     loss: LossName,
     generator: torch.Generator,
-    anchor: Mapping[str, torch.Tensor] | BlendAnchor | None = None,
+    anchor: Mapping[str, torch.Tensor] | None = None,
 ) -> LocalResult:
     """Train ``model`` in place for ``steps`` proximal SGD steps on ``(X, y)``.
 
-    ``anchor`` is x̄, the model the round started from: given as tensors, as the inputs of
-    the blend that made it (:class:`BlendAnchor`), or, by default, a copy of the model as
-    passed in.
+    ``anchor`` is x̄, the model the round started from (default: a copy of the model as
+    passed in; a caller that holds x̄ anyway, e.g. the published entry, saves that copy).
     """
     if rho < 0 or lr <= 0:
         raise ValueError(f"need rho >= 0 and lr > 0 (got rho={rho}, lr={lr})")
@@ -112,32 +94,25 @@ def local_update(
         raise ValueError(f"{X.shape[0]} inputs but {y.shape[0]} targets")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params: list[torch.Tensor] = [p for _, p in named]
-    # Per parameter: the (weight, tensor) terms of x̄. One term of weight 1 for a plain anchor.
-    anchors: list[list[tuple[float, torch.Tensor]]]
+    anchors: list[torch.Tensor | None]
     if rho == 0:
-        anchors = [[] for _ in params]  # no pull, no copy
+        anchors = [None for _ in params]  # no pull, no copy
     elif anchor is None:
-        anchors = [[(1.0, p.detach().clone())] for p in params]
-    elif isinstance(anchor, BlendAnchor):
-        anchors = [[(float(a), m[n].detach()) for a, m in zip(anchor.alpha, anchor.models,
-                                                              strict=True) if a != 0]
-                   for n, _ in named]
+        anchors = [p.detach().clone() for p in params]
     else:
-        anchors = [[(1.0, anchor[n].detach())] for n, _ in named]
+        anchors = [anchor[n].detach() for n, _ in named]
     criterion = _criterion(loss)
     batches = sample_batches(X.shape[0], batch_size, steps, generator)
 
-    def apply_step(p: torch.Tensor, terms: list[tuple[float, torch.Tensor]]) -> None:
+    def apply_step(p: torch.Tensor, a: torch.Tensor | None) -> None:
         g = p.grad
         if g is None:
             return
         with torch.no_grad():
-            if rho != 0:
-                # ∇ of ρ/2‖x − x̄‖² is ρ(x − x̄) = ρx − Σ ρα_j x_j: in-place adds into the
-                # gradient, no temporaries and no copy of x̄.
-                g.add_(p, alpha=rho)
-                for weight, x in terms:
-                    g.add_(x, alpha=-rho * weight)
+            if a is not None:
+                # ∇ of ρ/2‖x − x̄‖² is ρ(x − x̄) = ρx − ρx̄: two in-place adds into the
+                # gradient, no temporaries.
+                g.add_(p, alpha=rho).add_(a, alpha=-rho)
             # Plain SGD: the very arithmetic of torch.optim.SGD without momentum, so ρ = 0
             # stays bit-identical to it. Not torch.optim itself: constructing an optimizer
             # imports torch._dynamo, ~75 MB resident for the daemon's whole life.

@@ -11,7 +11,7 @@ from torch import nn
 from peerd.core.alpha import AlphaPolicy
 from peerd.core.staleness import Clock
 from peerd.tasks import CsvTask, DatasetTask, TaskData, TaskError, load_task
-from peerd.trainer import RoundInput, run_round
+from peerd.trainer import RoundInput, drift_to, run_round
 
 
 def write_csv(path: Path, rows: list[tuple[object, ...]], header: str = "a,b,label") -> None:
@@ -122,19 +122,20 @@ def test_a_round_blends_the_cache_trains_and_reports() -> None:
     model = task.model()
     peer = Entry.create(origin="peer", version=1, created_at=90.0, num_examples=16,
                         params={k: torch.zeros_like(v) for k, v in model.state_dict().items()})
-    inp = RoundInput(own_id="me", cache=(CacheItem(peer.meta, "peer", 95.0),), peers=(peer,),
+    inp = RoundInput(own_id="me", cache=(CacheItem(peer.meta, "peer", 95.0),), peers=[peer],
                      clock=Clock.time(100.0), policy=AlphaPolicy.parse("uniform"), steps=20,
                      batch_size=4, lr=0.5, rho=0.0, seed=0)
     out = run_round(model, task, inp)
     assert out.alpha == {"me": 0.5, "peer": 0.5}
     assert out.examples == 16 and out.val_accuracy == 1.0
-    assert out.drift["peer"] > 0
+    assert inp.peers == []  # consumed once blended: the round pins no cache entry
+    assert drift_to(out.params, [peer])["peer"] > 0
 
 
 @pytest.mark.parametrize("with_peer", [True, False])
 def test_anchor_from_the_published_entry_trains_like_an_anchor_copy(with_peer: bool) -> None:
-    # RoundInput.published lets x̄ be expressed by tensors that exist anyway instead of a
-    # copy; the training must come out the same (to float32 rounding of the blend).
+    # RoundInput.published lets x̄ be the published tensors instead of a copy when the
+    # round has no peers; with peers x̄ is the blend. Either way, the same training.
     from peerd.core.entry import CacheItem, Entry
 
     task = Toy()
@@ -146,11 +147,13 @@ def test_anchor_from_the_published_entry_trains_like_an_anchor_copy(with_peer: b
                         params={k: torch.randn(v.shape, generator=g)
                                 for k, v in published.items()})
     cache = (CacheItem(peer.meta, "peer", 95.0),) if with_peer else ()
-    base = dict(own_id="me", cache=cache, peers=(peer,) if with_peer else (),
-                clock=Clock.time(100.0), policy=AlphaPolicy.parse("uniform"), steps=10,
-                batch_size=4, lr=0.3, rho=5.0, seed=0)
-    out_a = run_round(a, task, RoundInput(**base, published=published))  # type: ignore[arg-type]
-    out_b = run_round(b, task, RoundInput(**base))  # type: ignore[arg-type]
+    base = dict(own_id="me", cache=cache, clock=Clock.time(100.0),
+                policy=AlphaPolicy.parse("uniform"), steps=10, batch_size=4, lr=0.3, rho=5.0,
+                seed=0)
+    peers_a, peers_b = ([peer] if with_peer else []), ([peer] if with_peer else [])
+    out_a = run_round(a, task, RoundInput(**base, peers=peers_a,  # type: ignore[arg-type]
+                                          published=published))
+    out_b = run_round(b, task, RoundInput(**base, peers=peers_b))  # type: ignore[arg-type]
     for k in out_a.params:
         torch.testing.assert_close(out_a.params[k], out_b.params[k], rtol=1e-5, atol=1e-6)
     # ρ = 5 pulls hard: a wrong x̄ (e.g. the trained model, or the peer alone) would not match.
