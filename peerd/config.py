@@ -73,8 +73,8 @@ class NodeConfig:
     socket_group: str | None = None
     #: torch intra-op threads for training: the device has other work to do.
     torch_threads: int = 1
-    #: Return large freed buffers to the OS at once (see peerd.memory): a round's peak
-    #: memory drops by ~3 × model size, training steps run up to ~1.5 × slower.
+    #: Return large freed buffers to the OS at once (see peerd.memory): less peak memory,
+    #: slower training steps; a daemon trains for a small part of each round interval.
     lean_memory: bool = True
     log_level: str = "info"
 

@@ -3,10 +3,12 @@
 Model-sized tensors are allocated and freed many times a round (activations, gradients,
 received frames, signing payloads). glibc serves allocations below its *dynamic* mmap
 threshold (which climbs to 32 MiB after the first large free) from the heap, and a heap
-fragmented by such buffers keeps the freed memory resident: measured on an 11M-parameter
-model, K proximal steps peaked at 5.6 × model size above the live tensors with the default
-and at 2.4 × with the threshold pinned (``benchmarks/bench_daemon.py``). The price is page
-faults on every fresh buffer: each step of that model ran ~1.5 × slower.
+fragmented by such buffers keeps the freed memory resident. Measured K proximal steps of
+11M-parameter MLPs: with one 146k-wide hidden layer, 5.6 × model size above the live tensors
+with the default and 2.4 × with the threshold pinned; with ten 1044-wide layers, 1.3–1.5 ×
+against 1.2 ×. The price is page faults on every fresh buffer: steps ran ~1.3–1.5 × slower.
+A daemon trains for a small part of each round interval, so it is on by default there
+(``[node] lean_memory``).
 """
 
 from __future__ import annotations
