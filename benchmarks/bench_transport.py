@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from benchmarks._report import machine, write_section
 from peerd.core.entry import Schema
 from peerd.core.validate import ValidationLimits
-from peerd.framing import FramedStream, StreamClosedError
+from peerd.framing import FramedStream, TrioFramedStream
 from peerd.gossip import SessionContext, run_session
 from peerd.node import NodeState, sign_own, verify
 from peerd.protocol import messages as msg
@@ -77,23 +77,6 @@ async def ainterleaved(cases: dict[str, Case], repeat: int, warmup: int = 1) -> 
 
 
 # --- framed bytes ---------------------------------------------------------------------------
-
-
-class TcpStream(FramedStream):
-    """peerd's framing over a plain trio TCP stream (no Noise, no Yamux)."""
-
-    def __init__(self, stream: trio.SocketStream, peer_id: str) -> None:
-        self._s = stream
-        self.peer_id = peer_id
-
-    async def read_some(self, max_bytes: int) -> bytes:
-        data = await self._s.receive_some(max_bytes)
-        if not data:
-            raise StreamClosedError("EOF")
-        return bytes(data)
-
-    async def write(self, data: bytes | bytearray | memoryview) -> None:
-        await self._s.send_all(data)
 
 
 async def _receive_exactly(stream: trio.SocketStream, n: int) -> bytes:
@@ -301,7 +284,7 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
             await _session_pair(fleet, *_memory_pair())
 
         s_tx, s_rx = await _tcp_pair(nursery)
-        tcp_a, tcp_b = TcpStream(s_tx, "b"), TcpStream(s_rx, "a")
+        tcp_a, tcp_b = TrioFramedStream(s_tx, "b"), TrioFramedStream(s_rx, "a")
 
         async def tcp_session() -> None:
             await _session_pair(fleet, tcp_a, tcp_b)

@@ -222,11 +222,13 @@ class Daemon:
         m = self.metrics
         m.examples, m.train_loss, m.val_loss = out.examples, out.train_loss, out.val_loss
         m.val_accuracy, m.alpha = out.val_accuracy, out.alpha
-        # Drift to what the cache holds now (entries may have been replaced meanwhile).
-        m.drift = await trio.to_thread.run_sync(drift_to, out.params, node.blend_inputs())
+        # Drifts off the event loop (each reads whole models): to what the cache holds now
+        # (entries may have been replaced meanwhile), and since the last published entry.
+        cached, published = node.blend_inputs(), m.published_params
+        m.drift, moved = await trio.to_thread.run_sync(lambda: (
+            drift_to(out.params, cached),
+            math.inf if published is None else drift(out.params, published)))
         node.round += 1
-        moved = (math.inf if m.published_params is None
-                 else drift(out.params, m.published_params))
         if should_publish(moved, learning.epsilon):
             # Never reuse a version: skip past anything of ours a peer relayed back, and
             # persist the counter before the entry can leave this process.

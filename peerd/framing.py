@@ -107,6 +107,23 @@ class FramedStream(ABC):
         return await read_frame(self, max_len)
 
 
+class TrioFramedStream(FramedStream):
+    """peerd's framing over any trio byte stream (raw TCP, in-memory pairs): no libp2p."""
+
+    def __init__(self, stream: trio.abc.Stream, peer_id: str) -> None:
+        self._s = stream
+        self.peer_id = peer_id
+
+    async def read_some(self, max_bytes: int) -> bytes:
+        data = await self._s.receive_some(max_bytes)
+        if not data:
+            raise StreamClosedError("EOF")
+        return bytes(data)
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        await self._s.send_all(memoryview(data))
+
+
 def _frame_deadline(base_s: float, length: int) -> float:
     return base_s + length / MIN_TRANSFER_RATE_BPS
 

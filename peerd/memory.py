@@ -14,6 +14,7 @@ A daemon trains for a small part of each round interval, so it is on by default 
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ _M_MMAP_THRESHOLD = -3
 LEAN_MMAP_THRESHOLD = 4 * 1024 * 1024
 
 
+@functools.cache  # called after every round and session: load once
 def _libc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -40,8 +40,8 @@ class RoundInput:
     rho: float
     seed: int  # per-round batch order: derived from the node id and round by the caller
     #: The own published entry's tensors when the model still equals them exactly (it was
-    #: published after the last round, or restored from it). They then stand in for the
-    #: model in x̄'s blend, so x̄ needs no copy of its own; None = the model moved since.
+    #: published after the last round, or restored from it). In a round without peers they
+    #: are x̄ itself, so x̄ needs no copy of its own; None = the model moved since.
     published: Mapping[str, torch.Tensor] | None = None
 
 

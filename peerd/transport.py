@@ -102,17 +102,9 @@ class Stream(FramedStream):
     def remote_address(self) -> tuple[str, int] | None:
         return self._raw.get_remote_address()
 
-    def _check_budget(self, budget: ByteBudget | None, direction: str) -> None:
-        if budget is not None and not budget.available(time.monotonic()):
-            self._stats.budget_refusals += 1
-            raise PeerBudgetError(
-                f"{direction} byte budget for {self.peer_id} spent "
-                f"({budget.rate / 1e6:.1f} MB/s, burst {budget.burst / 1e6:.1f} MB); "
-                f"refills in {budget.wait_s(time.monotonic()):.0f} s")
-
     async def read_some(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` (at least 1); no deadline of its own, callers set one."""
-        self._check_budget(self._stats.budget_in, "inbound")
+        self._stats.check_budget(self._stats.budget_in, f"inbound byte budget for {self.peer_id}")
         try:
             data = await self._raw.read(max_bytes)
         except StreamEOF as e:
@@ -123,10 +115,7 @@ class Stream(FramedStream):
             raise TransportError(f"read failed: {e!r}") from e
         if not data:
             raise StreamClosedError("stream closed by remote")
-        self._stats.bytes_in += len(data)
-        self._stats.last_seen = time.time()
-        if self._stats.budget_in is not None:
-            self._stats.budget_in.charge(len(data), time.monotonic())
+        self._stats.moved(len(data), inbound=True)
         return data
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -136,7 +125,8 @@ class Stream(FramedStream):
         # view costs one chunk of extra memory, not a second copy of the entry; the budget
         # is checked per chunk, so it is overdrawn by at most one.
         for lo in range(0, len(view), WRITE_CHUNK_LEN):
-            self._check_budget(self._stats.budget_out, "outbound")
+            self._stats.check_budget(self._stats.budget_out,
+                                     f"outbound byte budget for {self.peer_id}")
             chunk = bytes(view[lo:lo + WRITE_CHUNK_LEN])
             try:
                 await self._raw.write(chunk)
@@ -144,10 +134,7 @@ class Stream(FramedStream):
                 raise StreamClosedError("stream closed by remote") from e
             except Exception as e:
                 raise TransportError(f"write failed: {e!r}") from e
-            self._stats.bytes_out += len(chunk)
-            self._stats.last_seen = time.time()
-            if self._stats.budget_out is not None:
-                self._stats.budget_out.charge(len(chunk), time.monotonic())
+            self._stats.moved(len(chunk), inbound=False)
 
     async def close_write(self) -> None:
         """Half-close: the remote reads EOF after our last frame; we can still read."""
@@ -371,12 +358,8 @@ class Transport:
         stats = self._stats[peer_id]
         if stats.streams_out >= self._config.max_outbound_streams_per_peer:
             raise StreamLimitError(f"{stats.streams_out} streams open to {peer_id}")
-        now = time.monotonic()
-        for budget in (stats.budget_in, stats.budget_out):
-            if budget is not None and not budget.available(now):
-                stats.budget_refusals += 1
-                raise PeerBudgetError(f"byte budget for {peer_id} spent; refills in "
-                                      f"{budget.wait_s(now):.0f} s")
+        stats.check_budget(stats.budget_in, f"inbound byte budget for {peer_id}")
+        stats.check_budget(stats.budget_out, f"outbound byte budget for {peer_id}")
         stats.streams_out += 1
         try:
             if not self.is_connected(peer_id):
@@ -416,10 +399,11 @@ class Transport:
                             self._config.max_inbound_streams_per_peer)
                 await Stream(raw, peer_id, stats).reset()
                 return
-            if stats.budget_in is not None and not stats.budget_in.available(time.monotonic()):
-                # Spent its inbound budget: a new session would only be cut off mid-frame.
-                stats.budget_refusals += 1
-                logger.info("peer %s spent its byte budget; resetting its stream", peer_id)
+            try:
+                stats.check_budget(stats.budget_in, f"inbound byte budget for {peer_id}")
+            except PeerBudgetError as e:
+                # A new session would only be cut off mid-frame: refuse it now.
+                logger.info("%s; resetting its stream", e)
                 await Stream(raw, peer_id, stats).reset()
                 return
         except Exception:

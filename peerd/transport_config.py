@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import socket
+import time
 from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -110,6 +111,26 @@ class PeerStats:
     #: What this peer may still send us / we may still send it (None: unlimited).
     budget_in: ByteBudget | None = field(default=None, repr=False)
     budget_out: ByteBudget | None = field(default=None, repr=False)
+
+    def check_budget(self, budget: ByteBudget | None, what: str) -> None:
+        """Count and raise :class:`PeerBudgetError` if ``budget`` (one of ours) is spent."""
+        now = time.monotonic()
+        if budget is not None and not budget.available(now):
+            self.budget_refusals += 1
+            raise PeerBudgetError(
+                f"{what} spent ({budget.rate / 1e6:.1f} MB/s, burst {budget.burst / 1e6:.1f} "
+                f"MB); refills in {budget.wait_s(now):.0f} s")
+
+    def moved(self, n: int, *, inbound: bool) -> None:
+        """Account ``n`` bytes read (``inbound``) or written: counters, last seen, budget."""
+        if inbound:
+            self.bytes_in += n
+        else:
+            self.bytes_out += n
+        self.last_seen = time.time()
+        budget = self.budget_in if inbound else self.budget_out
+        if budget is not None:
+            budget.charge(n, time.monotonic())
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from peerd.framing import TrioFramedStream
 from peerd.transport import (
-    FramedStream,
     FrameTooLargeError,
     PeerStats,
     Stream,
@@ -254,29 +254,12 @@ def test_libp2p_log_noise_is_demoted_not_printed() -> None:
         in out.stdout
 
 
-class MemoryFramed(FramedStream):
-    """peerd.framing over a plain in-memory byte stream: no libp2p involved."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self._s = stream
-        self.peer_id = "memory"
-
-    async def read_some(self, max_bytes: int) -> bytes:
-        data = await self._s.receive_some(max_bytes)
-        if not data:
-            raise StreamClosedError("EOF")
-        return bytes(data)
-
-    async def write(self, data: bytes | bytearray | memoryview) -> None:
-        await self._s.send_all(data)
-
-
 def test_framing_works_over_any_byte_stream() -> None:
     from trio.testing import memory_stream_pair
 
     async def main() -> None:
         left, right = memory_stream_pair()
-        a, b = MemoryFramed(left), MemoryFramed(right)
+        a, b = TrioFramedStream(left, "memory"), TrioFramedStream(right, "memory")
         await a.send([b"ab", memoryview(b"cd")])
         await write_frame(a, b"")
         assert await b.recv(4) == b"abcd"
