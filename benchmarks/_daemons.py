@@ -62,7 +62,7 @@ class Daemon(DaemonProcess):
             raise RuntimeError(f"{self.name} exited:\n{self.logs()[-3000:]}")
 
     def proc_status(self) -> dict[str, int]:
-        """VmRSS / VmHWM (bytes) of the daemon's process."""
+        """VmRSS / VmHWM / RssAnon / RssFile (bytes) of the daemon's process."""
         assert self.proc is not None
         return vm_of(Path(f"/proc/{self.proc.pid}/status").read_text())
 
@@ -81,7 +81,7 @@ def vm_of(text: str) -> dict[str, int]:
     out = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             out[key] = int(value.split()[0]) * 1024
     return out
 

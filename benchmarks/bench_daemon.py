@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from benchmarks._daemons import REPO, Daemon, make_fleet, running, vm_of, wait_for, write_config
-from peerd.framing import FramedStream, read_frame
+from peerd.framing import FramedStream
 from peerd.models import MLP
 from peerd.tasks import FLEET_INIT_SEED, TaskData
 
@@ -167,12 +167,14 @@ def bench_memory(params: int, capacity: int) -> dict[str, Any]:
             res["tiny_idle"] = tiny.proc_status()
             tiny.stop()
             peak_rss = [res["idle"]["VmRSS"]]
+            samples = [res["idle"]]
             t_peers = time.monotonic()
             for p in peers:
                 p.start({PARAMS_ENV: str(params)})
 
             def sample() -> None:
-                peak_rss.append(m.proc_status()["VmRSS"])
+                samples.append(m.proc_status())
+                peak_rss.append(samples[-1]["VmRSS"])
 
             wait_for(lambda: _cached(m) >= capacity, START_TIMEOUT_S + EXCHANGE_TIMEOUT_S,
                      f"M to cache {capacity} entries", [m, *peers], every=sample)
@@ -182,6 +184,7 @@ def bench_memory(params: int, capacity: int) -> dict[str, Any]:
                      "M to blend the entries for a few rounds", [m, *peers], every=sample)
             res["exchange"] = m.proc_status()
             res["peak_rss_sampled"] = max(peak_rss)
+            res["peak_sample"] = max(samples, key=lambda v: v["VmRSS"])
             res["cache"] = _cached(m)
             res["seconds"] = time.monotonic() - t0
     return res
@@ -193,6 +196,7 @@ def memory_report(r: dict[str, Any]) -> list[str]:
     hwm = r["exchange"]["VmHWM"]
     over = hwm - goal
     tiny_fixed = r["tiny_idle"]["VmHWM"] - base
+    peak = r["peak_sample"]
 
     def row(name: str, value: int) -> str:
         return (f"| {name} | {value / MB:.0f} MB | {(value - base) / size:+.1f} × model "
@@ -213,6 +217,9 @@ def memory_report(r: dict[str, Any]) -> list[str]:
         row(f"after receiving {r['cache']} entries from C = {c} peers and blending them "
             f"for 2+ rounds: VmRSS", r["exchange"]["VmRSS"]),
         row("highest VmRSS sampled during the exchange (every 0.25 s)", r["peak_rss_sampled"]),
+        f"| of which anonymous / file-backed (RssAnon / RssFile at that sample; the tiny "
+        f"daemon: {r['tiny_idle']['RssAnon'] / MB:.0f} / {r['tiny_idle']['RssFile'] / MB:.0f} "
+        f"MB) | {peak['RssAnon'] / MB:.0f} / {peak['RssFile'] / MB:.0f} MB | |",
         row("during exchange: VmHWM (peak since start)", hwm),
         f"| goal: torch baseline + (C+3) × model size | {goal / MB:.0f} MB | "
         f"{c + 3:+.1f} × model |",
@@ -220,12 +227,14 @@ def memory_report(r: dict[str, Any]) -> list[str]:
         f"Verdict: peak RSS {hwm / MB:.0f} MB {verdict}. The daemon's code alone (libp2p, "
         f"zeroconf, trio, cryptography, its threads) costs {tiny_fixed / MB:.0f} MB over the "
         f"torch baseline (the tiny-model daemon), which the goal does not budget for; the "
-        f"rest, {(hwm - base - tiny_fixed) / size:.1f} × model size, is model-sized buffers. "
-        f"Held by design: the model, the own signed entry and the C cached entries "
-        f"(C + 2); bounded in flight: one entry being received "
-        f"(`max_concurrent_receives = 1`), a copy of x̄ while a round with peers trains, "
-        f"and the new own payload next to the old one while it signs; the breakdown below "
-        f"shows each step's share. "
+        f"rest, {(hwm - base - tiny_fixed) / size:.1f} × model size, is the model and "
+        f"transients. Resident by design: the model only. The own entry, the C cached "
+        f"entries and x̄ while a round trains live in state files (`peerd.spool`: received "
+        f"frames are written to disk as they arrive, the own entry is signed into its file, "
+        f"x̄ is spilled to an unlinked file), mapped read-only and read a tensor or a 4 MiB "
+        f"piece at a time, each handed back to the kernel once read. Their bytes sit in the "
+        f"page cache, which is not this process's RSS and which the kernel reclaims under "
+        f"pressure (written-back file pages). "
         f"C = {c} peers delivered their entries to M in {r['exchange_s']:.0f} s from their "
         f"start (start-up, connection, transfer, verification). Memory phase took "
         f"{r['seconds']:.0f} s.",
@@ -364,8 +373,8 @@ def breakdown_child(params: int, capacity: int) -> dict[str, Any]:
 
     from peerd.config import load_config
     from peerd.daemon import Daemon as PeerDaemon
+    from peerd.gossip import read_entry
     from peerd.node import sign_own, verify
-    from peerd.protocol import messages as msg
     from peerd.protocol.keyfile import NODE_KEY_FILE, read_private_key
 
     steps: list[dict[str, Any]] = []
@@ -399,16 +408,15 @@ def breakdown_child(params: int, capacity: int) -> dict[str, Any]:
 
         def receive() -> None:
             for message in messages:
-                # The daemon's own receive path: peerd.framing.read_frame, fed in chunks.
-                frame = trio.run(read_frame, _ChunkFeed(message), 2**31)
-                entry = msg.decode_frame(frame)
-                assert isinstance(entry, msg.Entry)
+                # The daemon's own receive path (peerd.gossip.read_entry: framing, spooled
+                # to the state directory) fed in network-sized chunks, then its verify.
+                entry, frame = trio.run(read_entry, _ChunkFeed(message), 2**31, d.state.blobs)
                 v = verify(entry, fleet_id=d.node.fleet_id, manifest=d.node.manifest,
                            ledger=d.node.ledger, schema=d.node.schema, limits=d.node.limits,
-                           now=time.time())
+                           now=time.time(), frame=frame)
                 assert d.node.accept(v, sender=m.id, now=time.time()) is None
 
-        step(f"receive {capacity} entries: frame assembly, verify, merge", receive)
+        step(f"receive {capacity} entries: spool to disk, verify, merge", receive)
         messages.clear()  # the senders' copies: not part of the receiving daemon
         step("persist the received entries", lambda: d._persist())
         step(f"round 2: blend {capacity} entries, train, sign, persist", lambda: trio.run(d._round))

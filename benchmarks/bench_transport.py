@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from benchmarks._report import machine, write_section
 from peerd.core.entry import Schema
 from peerd.core.validate import ValidationLimits
-from peerd.framing import FramedStream, TrioFramedStream
+from peerd.framing import AfterPart, FramedStream, FrameSink, TrioFramedStream
 from peerd.gossip import SessionContext, run_session
 from peerd.node import NodeState, sign_own, verify
 from peerd.protocol import messages as msg
@@ -193,10 +193,11 @@ class MemoryIO(FramedStream):
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         raise NotImplementedError  # send is overridden
 
-    async def send(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+    async def send(self, parts: Sequence[bytes | bytearray | memoryview],
+                   after_part: AfterPart | None = None) -> None:
         await self._send.send(b"".join(parts))
 
-    async def recv(self, max_len: int) -> bytes:
+    async def recv(self, max_len: int, sink: FrameSink | None = None) -> bytes:
         frame = await self._recv.receive()
         assert len(frame) <= max_len
         return frame

@@ -77,7 +77,7 @@ socket = {_toml_str(socket)}
 # static_peers = []            # ["/ip4/10.0.0.2/tcp/{DEFAULT_LISTEN_PORT}/p2p/12D3KooW..."]
 # metrics_listen = "127.0.0.1:9464"   # Prometheus endpoint; off unless set
 # peer_bytes_per_s = 5000000    # per peer and direction; unset = 2 × what an honest peer needs
-# max_concurrent_receives = 1   # entries received at once (each holds a model-sized buffer)
+# max_concurrent_receives = 1   # entries received at once (each spooled to a temp file)
 
 [learning]
 # tau_max = 600.0              # staleness cutoff: seconds (or rounds, see staleness)

@@ -47,7 +47,7 @@ MAX_MDNS_INTERFACES = 64
 MAX_CSV_FEATURES = 100_000
 #: Bound on a torch thread count: more than the cores only adds contention.
 MAX_TORCH_THREADS = 1024
-#: Bound on concurrent entry receptions: each may hold one model-sized buffer.
+#: Bound on concurrent entry receptions: each writes one model-sized temporary file.
 MAX_CONCURRENT_RECEIVES = 64
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -95,9 +95,9 @@ class NetworkConfig:
     #: None = automatic: twice what an honest peer can need, i.e. all C + 1 entries of the
     #: largest allowed size once per round interval. See docs/operations.md.
     peer_bytes_per_s: int | None = None
-    #: Entries received at once, from all peers together; each holds a model-sized buffer
-    #: until verified. Receiving is CPU-bound (Noise runs in Python under the GIL), so a
-    #: second slot buys little speed and costs a model's worth of memory per slot.
+    #: Entries received at once, from all peers together; each is spooled to a model-sized
+    #: temporary file until verified (peerd.spool). Receiving is CPU-bound (Noise runs in
+    #: Python under the GIL), so a second slot buys little speed.
     max_concurrent_receives: int = 1
 
 

@@ -23,7 +23,7 @@ import math
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import trio
 
-from peerd import persist, sdnotify
+from peerd import persist, sdnotify, spool
 from peerd.config import Config
 from peerd.control import ControlServer
 from peerd.core.drift import drift, should_publish
@@ -41,7 +41,7 @@ from peerd.discovery import PeerHint, open_discovery
 from peerd.gossip import SessionContext, run_session
 from peerd.memory import pin_mmap_threshold, release_freed_memory
 from peerd.metrics import StatusMetrics, start_metrics_server
-from peerd.node import NodeState, sign_own, wire_schema
+from peerd.node import NodeState, wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import entry_frame_limit
 from peerd.protocol.errors import ProtocolError
@@ -105,7 +105,7 @@ class Metrics:
     val_accuracy: float | None = None
     alpha: dict[str, float] = field(default_factory=dict)
     drift: dict[str, float] = field(default_factory=dict)
-    published_params: dict[str, torch.Tensor] | None = None
+    published_params: Mapping[str, torch.Tensor] | None = None
 
 
 def _load_manifest(cfg: Config, state: StateDir) -> tuple[Manifest, msg.ManifestMessage]:
@@ -182,8 +182,9 @@ class Daemon:
         if own is not None:
             version = max(version, own.entry.meta.version)
             self.model.load_state_dict({k: v.clone() for k, v in own.entry.params.items()})
-            self.metrics.published_params = dict(own.entry.params)
+            self.metrics.published_params = own.entry.params
             self._model_is_published = True
+            own.release()
         if counters.lost:
             log.error("counters were corrupt; resuming after the highest version found")
         self.node.round = counters.round
@@ -216,7 +217,8 @@ class Daemon:
                          batch_size=learning.batch_size, lr=learning.lr, rho=learning.rho,
                          seed=seed,
                          published=self.metrics.published_params if self._model_is_published
-                         else None)
+                         else None,
+                         keep_anchor=lambda x: spool.spill(x, self.state.blobs))
         self._model_is_published = False  # the round trains the model in place
         out: RoundOutput = await trio.to_thread.run_sync(run_round, self.model, self.task, inp)
         m = self.metrics
@@ -225,23 +227,31 @@ class Daemon:
         # Drifts off the event loop (each reads whole models): to what the cache holds now
         # (entries may have been replaced meanwhile), and since the last published entry.
         cached, published = node.blend_inputs(), m.published_params
-        m.drift, moved = await trio.to_thread.run_sync(lambda: (
-            drift_to(out.params, cached),
-            math.inf if published is None else drift(out.params, published)))
+
+        def drifts() -> tuple[dict[str, float], float]:
+            try:
+                return (drift_to(out.params, cached),
+                        math.inf if published is None else drift(out.params, published))
+            finally:
+                node.release()  # the round and the drifts read every entry; let them go
+
+        m.drift, moved = await trio.to_thread.run_sync(drifts)
         node.round += 1
         if should_publish(moved, learning.epsilon):
             # Never reuse a version: skip past anything of ours a peer relayed back, and
             # persist the counter before the entry can leave this process.
             version = max(m.version, node.own_max_version_seen) + 1
             self.state.save_counters(Counters(round=node.round, version=version))
-            entry, message = await trio.to_thread.run_sync(
-                lambda: sign_own(self.key, node.fleet_id, params=out.params, version=version,
-                                 created_at=self.now(), num_examples=out.examples))
-            node.set_own(entry, message)
-            # Shares the entry's tensors: the last published model is kept once, not twice.
-            m.version, m.published_params = version, dict(entry.params)
+            # Signed straight into its state file (persist.publish_own): no payload copy.
+            held = await trio.to_thread.run_sync(
+                lambda: persist.publish_own(self.state, node, params=out.params,
+                                            version=version, created_at=self.now(),
+                                            num_examples=out.examples))
+            node.set_own(held.entry, held.message, held.frame)
+            # The entry's tensors: the last published model is kept once (on disk when
+            # mapped), not a second time in memory.
+            m.version, m.published_params = version, held.entry.params
             self._model_is_published = True  # signed from the model's own tensors
-            await trio.to_thread.run_sync(persist.save_own, self.state, node)
             self._wake_gossip.set()
         else:
             self.state.save_counters(Counters(round=node.round, version=m.version))
@@ -275,7 +285,8 @@ class Daemon:
 
         return SessionContext(admin_key=self.cfg.fleet.admin_public_key, now=self.now,
                               on_manifest=adopted,
-                              receive_slots=self._receive_slots)
+                              receive_slots=self._receive_slots,
+                              spool_dir=self.state.blobs)
 
     async def _session(self, stream: Stream, peer_id: str, initiator: bool) -> None:
         peer = self.peers.setdefault(peer_id, Peer(peer_id, [], self.now(), "inbound"))
@@ -290,6 +301,7 @@ class Daemon:
             peer.sessions += 1
             peer.last_seen = self.now()
             peer.last_error = ", ".join(result.refused) or None
+            self.node.release()  # pages the sends and verifications read
             if result.received:
                 await trio.to_thread.run_sync(self._persist)
                 release_freed_memory()  # verification's temporaries, frames of refused entries

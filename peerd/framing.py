@@ -16,7 +16,8 @@ from __future__ import annotations
 import mmap
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import trio
 
@@ -59,6 +60,22 @@ class FrameTooLargeError(TransportError):
         self.max_len = max_len
 
 
+class FrameSink(Protocol):
+    """Where a frame body goes instead of memory (``peerd.spool.SpoolWriter``: a file)."""
+
+    def begin(self, length: int) -> None: ...
+
+    def write(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    def finish(self) -> memoryview: ...
+
+    def abort(self) -> None: ...
+
+
+#: Called with each part's index once that part of a frame has been written.
+AfterPart = Callable[[int], None]
+
+
 class FramedStream(ABC):
     """A byte stream to one peer, plus framed I/O on top of it.
 
@@ -78,7 +95,9 @@ class FramedStream(ABC):
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         """Write all of ``data``; no deadline of its own, callers set one."""
 
-    async def read_exactly(self, n: int) -> bytearray | memoryview:
+    async def read_exactly(
+        self, n: int, sink: FrameSink | None = None
+    ) -> bytearray | memoryview:
         """Exactly ``n`` bytes; memory grows with what arrives, not with ``n``.
 
         A large frame goes into an anonymous ``mmap`` of exactly ``n`` bytes: its pages are
@@ -86,7 +105,21 @@ class FramedStream(ABC):
         what it sent), nothing is copied twice, and the whole buffer goes back to the OS the
         moment the last view of it is dropped. Joining a list of chunks instead held the
         frame twice at its peak, and a growing heap buffer left model-sized holes behind.
+        With a ``sink`` the bytes go there chunk by chunk (to disk) and the sink's buffer is
+        returned; it is aborted if the frame does not complete.
         """
+        if sink is not None:
+            sink.begin(n)
+            try:
+                filled = 0
+                while filled < n:
+                    chunk = await self.read_some(min(n - filled, READ_CHUNK_LEN))
+                    sink.write(chunk)
+                    filled += len(chunk)
+                return sink.finish()
+            except BaseException:
+                sink.abort()
+                raise
         if n <= LARGE_FRAME_LEN:
             buf = bytearray()
             while len(buf) < n:
@@ -100,11 +133,13 @@ class FramedStream(ABC):
             filled += len(chunk)
         return view
 
-    async def send(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
-        await write_frame_parts(self, parts)
+    async def send(
+        self, parts: Sequence[bytes | bytearray | memoryview], after_part: AfterPart | None = None
+    ) -> None:
+        await write_frame_parts(self, parts, after_part=after_part)
 
-    async def recv(self, max_len: int) -> bytearray | memoryview:
-        return await read_frame(self, max_len)
+    async def recv(self, max_len: int, sink: FrameSink | None = None) -> bytearray | memoryview:
+        return await read_frame(self, max_len, sink=sink)
 
 
 class TrioFramedStream(FramedStream):
@@ -129,14 +164,15 @@ def _frame_deadline(base_s: float, length: int) -> float:
 
 
 async def read_frame(
-    stream: FramedStream, max_len: int, *, timeout_s: float = READ_TIMEOUT_S
+    stream: FramedStream, max_len: int, *, timeout_s: float = READ_TIMEOUT_S,
+    sink: FrameSink | None = None,
 ) -> bytearray | memoryview:
     """Read one length-prefixed frame.
 
     The length is checked against ``max_len`` before any of the body is read or allocated;
     an oversize prefix raises :class:`FrameTooLargeError` and the caller must reset the stream
     (it is desynchronised). The header waits at most ``timeout_s``; the body gets
-    ``timeout_s + len / MIN_TRANSFER_RATE_BPS``.
+    ``timeout_s + len / MIN_TRANSFER_RATE_BPS``. The body goes to ``sink`` if one is given.
     """
     if not 0 <= max_len <= MAX_FRAME_LEN:
         raise ValueError(f"max_len {max_len} out of range")
@@ -147,7 +183,7 @@ async def read_frame(
         if length > max_len:
             raise FrameTooLargeError(length, max_len)
         with trio.fail_after(_frame_deadline(timeout_s, length)):
-            return await stream.read_exactly(length)
+            return await stream.read_exactly(length, sink)
     except trio.TooSlowError as e:
         raise TransportTimeoutError(f"read from {stream.peer_id} timed out") from e
 
@@ -167,8 +203,10 @@ async def write_frame_parts(
     parts: Sequence[bytes | bytearray | memoryview],
     *,
     timeout_s: float = WRITE_TIMEOUT_S,
+    after_part: AfterPart | None = None,
 ) -> None:
-    """One frame whose body is ``parts`` in order, written without joining them first."""
+    """One frame whose body is ``parts`` in order, written without joining them first;
+    ``after_part(i)`` runs once part ``i`` is written (the sender may release its pages)."""
     length = sum(len(p) for p in parts)
     if length > MAX_FRAME_LEN:
         raise ValueError(f"payload of {length} bytes cannot be framed")
@@ -176,8 +214,10 @@ async def write_frame_parts(
         with trio.fail_after(_frame_deadline(timeout_s, length)):
             # Separate writes: concatenating header + parts would copy a 44 MB entry.
             await stream.write(_HEADER.pack(length))
-            for part in parts:
+            for i, part in enumerate(parts):
                 if len(part):
                     await stream.write(part)
+                if after_part is not None:
+                    after_part(i)
     except trio.TooSlowError as e:
         raise TransportTimeoutError(f"write to {stream.peer_id} timed out") from e

@@ -24,18 +24,20 @@ import logging
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 import trio
 
 from peerd.core.reasons import Reason
-from peerd.framing import FrameTooLargeError
-from peerd.node import NodeState, verify, wire_schema
+from peerd.framing import AfterPart, FrameSink, FrameTooLargeError
+from peerd.node import Held, NodeState, verify, wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import entry_frame_limit
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.limits import MAX_CONTROL_FRAME_LEN
 from peerd.protocol.manifest import accept_manifest
+from peerd.spool import MappedFrame, SpoolWriter, send_parts
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +50,13 @@ M = TypeVar("M", bound=msg.Hello | msg.Digest | msg.Want | msg.ManifestMessage)
 class FrameIO(Protocol):
     """A reliable, ordered stream of frames (the transport adds the length prefix)."""
 
-    async def send(self, parts: Sequence[bytes | memoryview]) -> None: ...
+    async def send(
+        self, parts: Sequence[bytes | memoryview], after_part: AfterPart | None = None
+    ) -> None: ...
 
-    async def recv(self, max_len: int) -> bytes | bytearray | memoryview: ...
+    async def recv(
+        self, max_len: int, sink: FrameSink | None = None
+    ) -> bytes | bytearray | memoryview: ...
 
 
 @dataclass
@@ -68,10 +74,14 @@ class SessionContext:
     now: Callable[[], float]
     #: Called after a newer manifest was adopted (the daemon persists it).
     on_manifest: Callable[[msg.ManifestMessage], None] = lambda m: None
-    #: Shared by all sessions: entries being received at once, each holding a model-sized
-    #: frame until it is verified and cached. Without it, C peers sending at the same time
-    #: would put C extra model copies in memory on top of the cache. None = no limit.
+    #: Shared by all sessions: entries being received at once, each a model-sized frame
+    #: (a temporary file with ``spool_dir``, else memory) until it is verified and cached.
+    #: Without it, C peers sending at the same time would cost C frames at once and split
+    #: the CPU that verification needs. None = no limit.
     receive_slots: trio.Semaphore | None = None
+    #: Where received entry frames are written as they arrive (the state directory's
+    #: ``blobs/``, see peerd.spool); None = into memory.
+    spool_dir: Path | None = None
 
 
 async def _recv(io: FrameIO, expected: type[M]) -> M:
@@ -180,8 +190,34 @@ async def _send_entries(
         for h in outgoing
     )))
     for held in outgoing:
-        await _send(io, held.message)
+        await _send_held(io, held)
         result.sent += 1
+
+
+async def _send_held(io: FrameIO, held: Held) -> None:
+    """An entry as held: a mapped one piece by piece, each piece released once written."""
+    if held.frame is None:
+        await _send(io, held.message)
+        return
+    parts, written = send_parts(held.message.head(), held.frame, held.message.payload)
+    try:
+        await io.send(parts, after_part=written)
+    finally:
+        held.frame.release()
+
+
+async def read_entry(
+    io: FrameIO, limit: int, spool_dir: Path | None
+) -> tuple[msg.Entry, MappedFrame | None]:
+    """One entry frame, not yet verified: written to a temporary file in ``spool_dir`` as it
+    arrives and mapped (peerd.spool), or in memory (no spool, or the disk refused it)."""
+    sink = SpoolWriter(spool_dir) if spool_dir is not None else None
+    frame = await io.recv(limit, sink=sink)
+    message = msg.decode_frame(frame)
+    del frame  # the message's views keep the buffer alive only while they are needed
+    if not isinstance(message, msg.Entry):
+        raise ProtocolError(Reason.MALFORMED, f"expected entry, got {message.TYPE}")
+    return message, (sink.frame if sink is not None else None)
 
 
 async def _receive_entries(
@@ -198,15 +234,11 @@ async def _receive_entries(
     for item in announce.entries:
         # The sender blocks on flow control while we wait for a slot: nothing piles up here.
         async with ctx.receive_slots or nullcontext():
-            frame = await io.recv(limit)
-            message = msg.decode_frame(frame)
-            del frame  # the message's views keep the buffer alive only while they are needed
-            if not isinstance(message, msg.Entry):
-                raise ProtocolError(Reason.MALFORMED, f"expected entry, got {message.TYPE}")
+            message, mapped = await read_entry(io, limit, ctx.spool_dir)
             try:
-                verified = await trio.to_thread.run_sync(lambda m=message: verify(
+                verified = await trio.to_thread.run_sync(lambda m=message, f=mapped: verify(
                     m, fleet_id=node.fleet_id, manifest=node.manifest, ledger=node.ledger,
-                    schema=node.schema, limits=node.limits, now=ctx.now()))
+                    schema=node.schema, limits=node.limits, now=ctx.now(), frame=f))
             except ProtocolError as exc:
                 # One bad entry does not end the session: count it and read the next frame.
                 node.reject(exc.reason)
@@ -215,7 +247,7 @@ async def _receive_entries(
                          exc)
                 continue
             finally:
-                del message
+                del message, mapped  # a refused spooled entry's file goes with its mapping
             meta = verified.entry.meta
             if (meta.origin, meta.version) != (item.origin, item.version):
                 raise ProtocolError(Reason.MALFORMED, "entry differs from its announcement")

@@ -2,8 +2,10 @@
 
 This is the seam between the wire (``peerd.protocol``: frames, signatures, membership) and
 the algorithm (``peerd.core``: validation, merge, α, blend). It does no I/O and reads no
-clock: the daemon passes ``now`` in, and runs the expensive, pure parts (:func:`verify`,
-:func:`sign_own`) in worker threads while state changes stay on the event-loop thread.
+clock (entries may live in mapped state files, see ``peerd.spool``: it reads them and hints
+their pages back, nothing more): the daemon passes ``now`` in, and runs the expensive, pure
+parts (:func:`verify`, :func:`sign_own`) in worker threads while state changes stay on the
+event-loop thread.
 
 Receiving an entry is two steps so that 44 MB of hashing never blocks the event loop:
 :func:`verify` (thread: signature, membership, payload hash, schema, finite values, norm)
@@ -30,7 +32,7 @@ from peerd.core.reasons import BENIGN, Reason
 from peerd.core.staleness import Clock, StalenessMode, is_fresh
 from peerd.core.validate import ValidationLimits, validate_entry
 from peerd.protocol import messages as msg
-from peerd.protocol.admission import admit_entry
+from peerd.protocol.admission import admit_entry, sha256_hex
 from peerd.protocol.entry import EntryBody, SignedEntry, sign_entry
 from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
@@ -38,6 +40,7 @@ from peerd.protocol.identity import node_id_of
 from peerd.protocol.ledger import OriginLedger
 from peerd.protocol.manifest import Manifest
 from peerd.protocol.tensors import TensorIndexItem, decode_tensors
+from peerd.spool import MappedFrame, PagedParams
 
 
 def wire_schema(schema: Schema) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -90,10 +93,20 @@ def meta_of(body: EntryBody) -> EntryMeta:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A cache entry's payload: torch views for blending, the untouched message for relaying."""
+    """A cache entry's payload: torch views for blending, the untouched message for relaying.
+
+    ``frame`` is the mapped state file the payload lives in (see peerd.spool), or None for
+    an entry held in memory; then ``entry.params`` are :class:`PagedParams`.
+    """
 
     entry: Entry
     message: msg.Entry
+    frame: MappedFrame | None = None
+
+    def release(self) -> None:
+        """Hand the entry's resident pages back (a no-op for an entry held in memory)."""
+        if self.frame is not None:
+            self.frame.release()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +115,20 @@ class Verified:
 
     entry: Entry
     message: msg.Entry
+    frame: MappedFrame | None = None
+
+
+def held_entry(
+    body: EntryBody, message: msg.Entry, arrays: Mapping[str, npt.NDArray[Any]],
+    frame: MappedFrame | None,
+) -> Entry:
+    """The core's view of a decoded entry: torch views of its payload, paged when mapped."""
+    params: Mapping[str, torch.Tensor] = from_wire_arrays(body.tensors, arrays)
+    if frame is not None:
+        base = len(frame.body) - len(message.payload)
+        ranges = {i.name: (base + i.offset, base + i.offset + i.nbytes) for i in body.tensors}
+        params = PagedParams(params, frame, ranges)
+    return Entry(meta_of(body), params)
 
 
 def verify(
@@ -113,22 +140,30 @@ def verify(
     schema: Schema,
     limits: ValidationLimits,
     now: float,
+    frame: MappedFrame | None = None,
 ) -> Verified:
     """Protocol admission plus core validation; raises :class:`ProtocolError` with a reason.
 
     Pure apart from reading ``ledger`` (to skip hashing replays early); safe in a thread as
     long as nothing mutates the ledger or manifest concurrently (the caller snapshots them).
+    ``frame``: the payload is a tail of this mapped file's body; it is then read piece by
+    piece and tensor by tensor, and its pages are handed back as they are read.
     """
-    v = admit_entry(
-        message, fleet_id=fleet_id, manifest=manifest, ledger=ledger,
-        schema=wire_schema(schema), now=now, max_skew=limits.max_future_skew_s, record=False,
-    )
-    entry = Entry(meta_of(v.body), from_wire_arrays(v.body.tensors, v.tensors))
-    # The payload hash was checked by admission: skip the core's second digest pass.
-    rejection = validate_entry(entry, schema, limits, now=now, check_digest=False)
+    try:
+        v = admit_entry(
+            message, fleet_id=fleet_id, manifest=manifest, ledger=ledger,
+            schema=wire_schema(schema), now=now, max_skew=limits.max_future_skew_s,
+            record=False, sha256=sha256_hex if frame is None else frame.sha256_tail,
+        )
+        entry = held_entry(v.body, message, v.tensors, frame)
+        # The payload hash was checked by admission: skip the core's second digest pass.
+        rejection = validate_entry(entry, schema, limits, now=now, check_digest=False)
+    finally:
+        if frame is not None:
+            frame.release()
     if rejection is not None:
         raise ProtocolError(rejection.reason, rejection.detail)
-    return Verified(entry, message)
+    return Verified(entry, message, frame)
 
 
 def sign_own(
@@ -231,8 +266,8 @@ class NodeState:
         return [by_key[k] for k in want.items if k in by_key]
 
     # -------------------------------------------------------------- state changes
-    def set_own(self, entry: Entry, message: msg.Entry) -> None:
-        self.own = Held(entry, message)
+    def set_own(self, entry: Entry, message: msg.Entry, frame: MappedFrame | None = None) -> None:
+        self.own = Held(entry, message, frame)
         self.ledger.record(self.id, entry.meta.version, entry.meta.digest)
 
     def reject(self, reason: Reason | str) -> None:
@@ -247,7 +282,8 @@ class NodeState:
             self.reject(exc.reason)
             return exc.reason
         self.ledger.record(meta.origin, meta.version, meta.digest)
-        item = CacheItem(meta, sender, now, payload=Held(verified.entry, verified.message))
+        item = CacheItem(meta, sender, now,
+                         payload=Held(verified.entry, verified.message, verified.frame))
         result = merge(self.cache, [item], clock=self.clock(now), tau_max=self.tau_max,
                        capacity=self.capacity, own_origin=self.id)
         self.cache = list(result.cache)
@@ -287,6 +323,11 @@ class NodeState:
                 self.reject(exc.reason)
                 self.ledger.forget(item.meta.origin)
         self.cache = keep
+
+    def release(self) -> None:
+        """Hand back the resident pages of every mapped entry (after a round or a session)."""
+        for held in self.holdings():
+            held.release()
 
     def blend_inputs(self) -> list[Entry]:
         return [item.payload.entry for item in self.cache if isinstance(item.payload, Held)]

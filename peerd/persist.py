@@ -5,21 +5,32 @@ is decoded and verified again exactly like an entry from the network, so a corru
 planted file can never put unverified weights into the cache, and nothing is ever
 unpickled. Provenance (who relayed it, when) sits in a small JSON index beside them.
 The own entry is stored the same way and must verify against our own key.
+
+The files are also where the daemon *keeps* its entries (see peerd.spool): entries are
+mapped from them rather than read into memory. A received entry was written to a temporary
+file as it arrived and is committed (renamed) here; the own entry is signed into its file.
+An entry that could not go to disk (disk full) is held in memory and written here later.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from peerd.core.entry import CacheItem
+import torch
+
+from peerd.core.entry import CacheItem, Schema
 from peerd.core.reasons import Reason
-from peerd.node import Held, NodeState, verify
+from peerd.node import Held, NodeState, held_entry, to_wire_arrays, verify
 from peerd.protocol import messages as msg
+from peerd.protocol.entry import sign_entry
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.manifest import decode_manifest_file, encode_manifest_file
-from peerd.state import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir
+from peerd.protocol.tensors import decode_tensors
+from peerd.spool import MappedFrame, open_mapped
+from peerd.state import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir, StateError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +54,35 @@ def save_own(state: StateDir, node: NodeState) -> None:
         state.write_blob(OWN_BLOB, _frame(node.own.message))
 
 
+def publish_own(
+    state: StateDir, node: NodeState, *, params: Mapping[str, torch.Tensor], version: int,
+    created_at: float, num_examples: int,
+) -> Held:
+    """Sign ``params`` as our entry straight into its state file and map it (a worker thread).
+
+    The payload is never assembled in memory: the signature hashes the model's tensors where
+    they lie and the file is written from them, so the published entry costs no resident
+    model copy. If the file cannot be written (disk full) the entry is built in memory as
+    before (one copy) and the error logged: publishing must not stop on a full disk.
+    """
+    arrays, bf16 = to_wire_arrays({k: v.detach() for k, v in params.items()})
+    signed = sign_entry(node.key, node.fleet_id, version=version, created_at=created_at,
+                        schema_id=Schema.of(params).id, num_examples=num_examples,
+                        tensors=arrays, bfloat16=bf16)
+    head = msg.Entry(signed.envelope, b"").head()
+    try:
+        state.write_blob(OWN_BLOB, [head, *signed.parts])
+        frame = open_mapped(state.blob_path(OWN_BLOB), check=False)
+    except (StateError, OSError, ValueError) as exc:
+        log.error("cannot store the own entry (%s); keeping it in memory", exc)
+        message = signed.to_message()  # the one copy the file would have saved
+        views = decode_tensors(signed.body.tensors, message.payload)
+        return Held(held_entry(signed.body, message, views, None), message)
+    message = _decode_entry(frame, OWN_BLOB)
+    views = decode_tensors(signed.body.tensors, message.payload)
+    return Held(held_entry(signed.body, message, views, frame), message, frame)
+
+
 def save_manifest(state: StateDir, envelope: msg.ManifestMessage) -> None:
     state.write_blob(MANIFEST_BLOB, encode_manifest_file(envelope.envelope))
 
@@ -60,7 +100,10 @@ def save_cache(state: StateDir, node: NodeState, written: set[str]) -> set[str]:
         if not isinstance(held, Held):
             continue
         key = f"{item.meta.origin}@{item.meta.version}"
-        if key not in written:
+        if held.frame is not None and not held.frame.committed:
+            # Spooled while it was received: already on disk, renamed into place here.
+            held.frame.commit(state.blob_path(_entry_blob(item.meta.origin)))
+        elif key not in written:
             state.write_blob(_entry_blob(item.meta.origin), _frame(held.message))
         now_on_disk.add(key)
         index[item.meta.origin] = {"version": item.meta.version,
@@ -86,20 +129,39 @@ def load_manifest(state: StateDir) -> bytes | None:
     return state.read_blob(MANIFEST_BLOB)
 
 
+def _map_blob(state: StateDir, name: str) -> MappedFrame | None:
+    """A stored entry, mapped and its file hash checked (piece by piece, pages released);
+    None if absent, or if corrupt (then quarantined, like any other state file)."""
+    path = state.blob_path(name)
+    try:
+        return open_mapped(path, check=True)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        problem = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        state.quarantine_file(path, problem)
+        return None
+
+
+def _decode_entry(frame: MappedFrame, what: str) -> msg.Entry:
+    message = msg.decode_frame(frame.body)
+    if not isinstance(message, msg.Entry):
+        raise ProtocolError(Reason.MALFORMED, f"{what} is not an entry")
+    return message
+
+
 def restore(state: StateDir, node: NodeState, *, now: float) -> Restored:
     """Reload own entry and cache into ``node``, verifying every entry again."""
     own = False
-    raw = state.read_blob(OWN_BLOB)
-    if raw is not None:
+    frame = _map_blob(state, OWN_BLOB)
+    if frame is not None:
         try:
-            message = msg.decode_frame(raw)
-            if not isinstance(message, msg.Entry):
-                raise ProtocolError(Reason.MALFORMED, "own.entry is not an entry")
-            v = verify(message, fleet_id=node.fleet_id, manifest=node.manifest,
-                       ledger=node.ledger, schema=node.schema, limits=node.limits, now=now)
+            v = verify(_decode_entry(frame, OWN_BLOB), fleet_id=node.fleet_id,
+                       manifest=node.manifest, ledger=node.ledger, schema=node.schema,
+                       limits=node.limits, now=now, frame=frame)
             if v.entry.meta.origin != node.id:
                 raise ProtocolError(Reason.MALFORMED, "own.entry was signed by another key")
-            node.set_own(v.entry, v.message)
+            node.set_own(v.entry, v.message, v.frame)
             own = True
         except ProtocolError as exc:
             # Membership may have lapsed or the schema changed: start fresh, keep counters.
@@ -112,15 +174,13 @@ def restore(state: StateDir, node: NodeState, *, now: float) -> Restored:
         index = {}
     cached = refused = 0
     for name in state.list_blobs(ENTRY_PREFIX):
-        data = state.read_blob(name)
-        if data is None:
+        frame = _map_blob(state, name)
+        if frame is None:
             continue
         try:
-            message = msg.decode_frame(data)
-            if not isinstance(message, msg.Entry):
-                raise ProtocolError(Reason.MALFORMED, f"{name} is not an entry")
-            v = verify(message, fleet_id=node.fleet_id, manifest=node.manifest,
-                       ledger=node.ledger, schema=node.schema, limits=node.limits, now=now)
+            v = verify(_decode_entry(frame, name), fleet_id=node.fleet_id,
+                       manifest=node.manifest, ledger=node.ledger, schema=node.schema,
+                       limits=node.limits, now=now, frame=frame)
         except ProtocolError as exc:
             refused += 1
             log.warning("not restoring %s: %s", name, exc)

@@ -69,7 +69,10 @@ ENTRY_BLOB_PREFIX = "entry-"
 #: by peerd.persist; read (best effort) by the offline status view.
 CACHE_INDEX_BLOB = "cache.index"
 
-_TMP_PREFIX = ".tmp-"
+#: Temporary files (atomic writes, entries being received) start with this; whatever a crash
+#: leaves behind is deleted when the directory is next opened.
+TMP_PREFIX = ".tmp-"
+_TMP_PREFIX = TMP_PREFIX
 _COUNTER_FILES = ("counters.a", "counters.b")
 
 
@@ -82,21 +85,33 @@ class StateError(OSError):
 
 def encode(body: bytes) -> bytes:
     """Header + body, as stored on disk."""
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(body), hashlib.sha256(body).digest()) + body
+    return pack_header(len(body), hashlib.sha256(body).digest()) + body
 
 
-def decode(data: bytes) -> bytes:
-    """The body of a stored file; ValueError (with the reason) when it is not intact."""
-    if len(data) < HEADER_LEN:
-        raise ValueError(f"shorter than the {HEADER_LEN}-byte header ({len(data)} bytes)")
+def pack_header(length: int, digest: bytes) -> bytes:
+    """The header of a file whose body is ``length`` bytes with SHA-256 ``digest``."""
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, 0, length, digest)
+
+
+def parse_header(data: bytes | memoryview, file_len: int) -> bytes:
+    """Check the header at the start of ``data`` against the file's length; the body's
+    SHA-256 as recorded. ValueError (with the reason) when it is not intact."""
+    if file_len < HEADER_LEN:
+        raise ValueError(f"shorter than the {HEADER_LEN}-byte header ({file_len} bytes)")
     magic, version, _flags, length, digest = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise ValueError("bad magic: not a peerd state file")
     if version != FORMAT_VERSION:
         raise ValueError(f"unknown format version {version}")
-    if len(data) - HEADER_LEN != length:
-        have = len(data) - HEADER_LEN
+    if file_len - HEADER_LEN != length:
+        have = file_len - HEADER_LEN
         raise ValueError(f"torn: header says {length} body bytes, file has {have}")
+    return bytes(digest)
+
+
+def decode(data: bytes) -> bytes:
+    """The body of a stored file; ValueError (with the reason) when it is not intact."""
+    digest = parse_header(data, len(data))
     body = data[HEADER_LEN:]
     if hashlib.sha256(body).digest() != digest:
         raise ValueError("SHA-256 mismatch: the body is corrupt")
@@ -128,7 +143,7 @@ def atomic_write(path: Path, body: Body | Sequence[Body]) -> None:
     for part in parts:
         digest.update(part)
     length = sum(part.nbytes for part in parts)
-    chunks = [memoryview(_HEADER.pack(MAGIC, FORMAT_VERSION, 0, length, digest.digest())),
+    chunks = [memoryview(pack_header(length, digest.digest())),
               *(part.cast("B") for part in parts)]
     tmp = path.parent / f"{_TMP_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
@@ -254,6 +269,14 @@ class StateDir:
                     log.info("removed leftover temporary file %s", tmp)
 
     # --- blobs -------------------------------------------------------------------------
+
+    def blob_path(self, name: str) -> Path:
+        """Where blob ``name`` lives (ValueError for a name that is not a plain blob name)."""
+        return self._blob_path(name)
+
+    def quarantine_file(self, path: Path, problem: str) -> None:
+        """Move a corrupt state file aside (logged), as a failed read does."""
+        _quarantine(path, self.quarantine, problem)
 
     def _blob_path(self, name: str) -> Path:
         if len(name) > MAX_BLOB_NAME_LEN or not _BLOB_NAME.match(name):

@@ -8,7 +8,7 @@ the event-loop thread and returns the new parameters; it never touches ``NodeSta
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +43,10 @@ class RoundInput:
     #: published after the last round, or restored from it). In a round without peers they
     #: are x̄ itself, so x̄ needs no copy of its own; None = the model moved since.
     published: Mapping[str, torch.Tensor] | None = None
+    #: Keeps a copy of x̄ when there is no published one to use and returns it (the daemon's:
+    #: ``peerd.spool.spill``, a file-backed copy that is not a second resident model).
+    #: None: local_update clones x̄ in memory.
+    keep_anchor: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +91,12 @@ def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss: LossName,
 
 
 def drift_to(params: Mapping[str, torch.Tensor], entries: Sequence[Entry]) -> dict[str, float]:
-    """§3.10: how far each cached peer model is from ``params`` (the trained model)."""
-    return {e.meta.origin: drift(params, dict(e.params)) for e in entries}
+    """§3.10: how far each cached peer model is from ``params`` (the trained model).
+
+    Each entry's tensors are passed as they are (not copied into a dict): a mapped entry's
+    :class:`peerd.spool.PagedParams` then lets each tensor's pages go as the next is read.
+    """
+    return {e.meta.origin: drift(params, e.params) for e in entries}
 
 
 def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
@@ -98,9 +106,10 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
     alphas: dict[str, float] = {inp.own_id: 1.0}
     # x̄ for the proximal term. Without peers it is the model as published (no copy); with
-    # peers, one copy of the blend (None below). Keeping x̄ as the blend's inputs instead
-    # would pin every blended entry through training, and in a busy mesh the cache replaces
-    # them meanwhile: up to C superseded models held where one copy would do.
+    # peers, one copy of the blend (kept by ``keep_anchor``, else cloned by local_update).
+    # Keeping x̄ as the blend's inputs instead would pin every blended entry through
+    # training, and in a busy mesh the cache replaces them meanwhile: up to C superseded
+    # models held where one copy would do.
     anchor: Mapping[str, torch.Tensor] | None = inp.published
     if inp.peers:
         # Only the example count and age matter to α; the digest is never looked at here,
@@ -115,6 +124,8 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
         del members
         inp.peers.clear()  # see RoundInput.peers
         anchor = None
+    if anchor is None and inp.keep_anchor is not None and inp.rho > 0:
+        anchor = inp.keep_anchor(own_params)
     result = local_update(model, data.X_train, data.y_train, steps=inp.steps,
                           batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=task.loss,
                           generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)

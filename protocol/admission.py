@@ -19,6 +19,7 @@ belong to the core validator (``tensors.check_finite`` is available for it).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,10 @@ def entry_frame_limit(schema: Schema, head_limit: int | None = None) -> int:
     return schema_payload_len(schema) + (head_limit or MAX_ENTRY_HEAD_LEN)
 
 
+def sha256_hex(payload: bytes | bytearray | memoryview) -> str:
+    return hashlib.sha256(payload).hexdigest()
+
+
 def admit_entry(
     message: Entry,
     *,
@@ -59,8 +64,13 @@ def admit_entry(
     now: float,
     max_skew: float = DEFAULT_MAX_CLOCK_SKEW_S,
     record: bool = True,
+    sha256: Callable[[bytes | bytearray | memoryview], str] = sha256_hex,
 ) -> VerifiedEntry:
-    """Run every check in the module docstring's order; record in the ledger on success."""
+    """Run every check in the module docstring's order; record in the ledger on success.
+
+    ``sha256`` hashes the payload (hex). The default does it in one call; a caller whose
+    payload is a mapped file passes one that reads it in pieces and lets each go.
+    """
     env = message.envelope
     if env.fleet_id != fleet_id:
         raise ProtocolError(Reason.WRONG_FLEET, "entry signed for another fleet")
@@ -90,7 +100,7 @@ def admit_entry(
             Reason.PAYLOAD_MISMATCH,
             f"payload is {len(payload)} bytes, the signed body says {body.payload_len}",
         )
-    if hashlib.sha256(payload).hexdigest() != body.digest:
+    if sha256(payload) != body.digest:
         raise ProtocolError(Reason.PAYLOAD_MISMATCH, "payload SHA-256 differs from the signed one")
     tensors = decode_tensors(body.tensors, payload)
     if record:

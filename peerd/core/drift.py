@@ -13,8 +13,9 @@ import torch
 
 from peerd.core.entry import Schema
 
-#: Elements converted to float64 at a time: bounds the temporary to 8 MiB whatever the model size.
-DRIFT_CHUNK = 1 << 20
+#: Elements converted to float64 at a time: bounds the temporary to 2 MiB whatever the model
+#: size (a daemon computes C + 1 drifts every round, alongside training).
+DRIFT_CHUNK = 1 << 18
 
 
 def flat_distance(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -24,7 +25,8 @@ def flat_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
     total = 0.0
     for start in range(0, fa.numel(), DRIFT_CHUNK):
-        d = fa[start : start + DRIFT_CHUNK].double() - fb[start : start + DRIFT_CHUNK].double()
+        d = fa[start : start + DRIFT_CHUNK].double()
+        d.sub_(fb[start : start + DRIFT_CHUNK])  # in place: one float64 temporary, not three
         total += float(torch.dot(d, d))
     return math.sqrt(total)
 

@@ -94,22 +94,28 @@ def local_update(
         raise ValueError(f"{X.shape[0]} inputs but {y.shape[0]} targets")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params: list[torch.Tensor] = [p for _, p in named]
-    anchors: list[torch.Tensor | None]
+    # x̄ for each parameter, fetched when its step runs rather than all up front: a mapping
+    # backed by a file (peerd.spool.PagedParams) then keeps one tensor of x̄ resident, not x̄.
+    source: Mapping[str, torch.Tensor] | None
     if rho == 0:
-        anchors = [None for _ in params]  # no pull, no copy
+        source = None  # no pull, no copy
     elif anchor is None:
-        anchors = [p.detach().clone() for p in params]
+        source = {n: p.detach().clone() for n, p in named}
     else:
-        anchors = [anchor[n].detach() for n, _ in named]
+        source = anchor
+        missing = [n for n, _ in named if n not in anchor]
+        if missing:
+            raise KeyError(f"anchor lacks parameters {missing}")
     criterion = _criterion(loss)
     batches = sample_batches(X.shape[0], batch_size, steps, generator)
 
-    def apply_step(p: torch.Tensor, a: torch.Tensor | None) -> None:
+    def apply_step(p: torch.Tensor, name: str) -> None:
         g = p.grad
         if g is None:
             return
         with torch.no_grad():
-            if a is not None:
+            if source is not None:
+                a = source[name].detach()
                 # ∇ of ρ/2‖x − x̄‖² is ρ(x − x̄) = ρx − ρx̄: two in-place adds into the
                 # gradient, no temporaries.
                 g.add_(p, alpha=rho).add_(a, alpha=-rho)
@@ -125,8 +131,8 @@ def local_update(
     # layer being updated. Autograd's version counters turn any later use of an updated
     # parameter in the same backward into an error, never a silently wrong gradient.
     handles = [p.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
-                   lambda p, a=a: apply_step(p, a))
-               for p, a in zip(params, anchors, strict=True)]
+                   lambda p, n=n: apply_step(p, n))
+               for n, p in named]
     for p in params:
         p.grad = None  # a stale gradient left by the caller would be added into step 1
     model.train()

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from peerd.state import (
     decode,
     encode,
 )
+from tests.tmpfs import tiny_tmpfs
 
 
 def mode(path: Path) -> int:
@@ -158,24 +158,13 @@ def test_enospc_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_enospc_on_a_real_tiny_tmpfs(tmp_path: Path) -> None:
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                              capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        pytest.skip("mount is not available")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tiny_tmpfs(tmp_path / "tiny") as mnt:
         sd = StateDir(mnt / "state")
         sd.write_blob("entry.x", b"old")
         with pytest.raises(StateError, match="disk full"):
             sd.write_blob("entry.x", b"\x01" * 200_000)
         assert sd.read_blob("entry.x") == b"old"
         assert sd.list_blobs() == ["entry.x"]
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True, timeout=10, check=False)
 
 
 def test_counters_resume_and_survive_one_corrupt_copy(tmp_path: Path) -> None:

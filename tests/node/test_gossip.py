@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 from collections.abc import Sequence
+from pathlib import Path
 
 import trio
 
+from peerd import persist
 from peerd.core.reasons import Reason
+from peerd.framing import AfterPart, FrameSink
 from peerd.gossip import SessionContext, SessionResult, run_session
-from peerd.node import NodeState, sign_own
+from peerd.node import Held, NodeState, sign_own
+from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import private_key_from_seed, public_key_bytes
+from peerd.state import StateDir
 from tests.node.fleet import FLEET, NOW, key, manifest, model, node
 
 ADMIN = private_key_from_seed(b"\xaa" * 32)
@@ -23,15 +30,25 @@ class MemoryIO:
         self._send, self._recv = send, recv
         self.frames_sent = 0
 
-    async def send(self, parts: Sequence[bytes | memoryview]) -> None:
+    async def send(self, parts: Sequence[bytes | memoryview],
+                   after_part: AfterPart | None = None) -> None:
         self.frames_sent += 1
-        await self._send.send(b"".join(bytes(p) for p in parts))
+        joined = b""
+        for i, part in enumerate(parts):
+            joined += bytes(part)
+            if after_part is not None:
+                after_part(i)
+        await self._send.send(joined)
 
-    async def recv(self, max_len: int) -> bytes:
+    async def recv(self, max_len: int, sink: FrameSink | None = None) -> bytes | memoryview:
         frame = await self._recv.receive()
         if len(frame) > max_len:
             raise ProtocolError(Reason.TOO_LARGE, "frame over the limit")
-        return frame
+        if sink is None:
+            return frame
+        sink.begin(len(frame))  # as peerd.framing does: the body goes to the sink
+        sink.write(frame)
+        return sink.finish()
 
 
 def pipe() -> tuple[MemoryIO, MemoryIO]:
@@ -57,19 +74,21 @@ CTX = SessionContext(admin_key=public_key_bytes(ADMIN), now=lambda: NOW)
 
 
 def session(a: NodeState, b: NodeState, *, a_claims: str | None = None,
-            b_claims: str | None = None) -> tuple[SessionResult, SessionResult]:
+            b_claims: str | None = None, a_ctx: SessionContext = CTX,
+            b_ctx: SessionContext = CTX) -> tuple[SessionResult, SessionResult]:
     results: dict[str, SessionResult] = {}
 
     async def main() -> None:
         io_a, io_b = pipe()
 
-        async def side(name: str, io: MemoryIO, n: NodeState, peer: str, init: bool) -> None:
-            results[name] = await run_session(io, n, CTX, peer_id=peer, initiator=init)
+        async def side(name: str, io: MemoryIO, n: NodeState, peer: str, init: bool,
+                       ctx: SessionContext) -> None:
+            results[name] = await run_session(io, n, ctx, peer_id=peer, initiator=init)
 
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(side, "a", io_a, a, b_claims or b.id, True)
-                nursery.start_soon(side, "b", io_b, b, a_claims or a.id, False)
+                nursery.start_soon(side, "a", io_a, a, b_claims or b.id, True, a_ctx)
+                nursery.start_soon(side, "b", io_b, b, a_claims or a.id, False, b_ctx)
 
     trio.run(main)
     return results["a"], results["b"]
@@ -86,6 +105,52 @@ def test_two_members_swap_their_entries_both_ways() -> None:
     # a second session moves nothing
     ra, rb = session(b, a)
     assert ra.sent == ra.received == rb.sent == rb.received == 0
+
+
+def spool_ctx(directory: Path) -> SessionContext:
+    directory.mkdir(parents=True, exist_ok=True)
+    return dataclasses.replace(CTX, spool_dir=directory)
+
+
+def test_entries_spooled_to_disk_are_relayed_intact_and_committed_by_persist(
+    tmp_path: Path,
+) -> None:
+    a, b, c = (signed_node(k, 1, A, B, C) for k in (A, B, C))
+    publish(a, 4)
+    state = StateDir(tmp_path / "b")
+    _, rb = session(a, b, b_ctx=spool_ctx(state.blobs))
+    assert rb.received == 1
+    held = b.cache[0].payload
+    assert isinstance(held, Held) and held.frame is not None and not held.frame.committed
+    assert a.own is not None
+    assert bytes(held.message.payload) == bytes(a.own.message.payload)
+    # b relays it from its mapped file; c (in memory) verifies the origin's signature.
+    session(b, c)
+    assert [(i.meta.origin, i.meta.version, i.received_from) for i in c.cache] == [
+        (a.id, 4, b.id)]
+    # Persisting renames the spooled file into place: nothing is written twice, no temp left.
+    persist.save_cache(state, b, set())
+    assert held.frame.committed
+    assert sorted(p.name for p in state.blobs.iterdir()) == [
+        persist.INDEX_BLOB, f"{persist.ENTRY_PREFIX}{a.id}"]
+    fresh = signed_node(B, 1, A, B, C)
+    assert persist.restore(StateDir(tmp_path / "b"), fresh, now=NOW).cached == 1
+    restored = fresh.cache[0].payload
+    assert isinstance(restored, Held) and restored.frame is not None
+    assert bytes(restored.message.payload) == bytes(a.own.message.payload)
+
+
+def test_a_refused_spooled_entry_leaves_nothing_in_the_state_directory(tmp_path: Path) -> None:
+    a, b = signed_node(A, 1, A, B), signed_node(B, 1, A, B)
+    publish(a, 2)
+    assert a.own is not None
+    payload = bytearray(a.own.message.payload)
+    payload[0] ^= 0x01  # one flipped bit: the signed SHA-256 no longer matches
+    a.own = Held(a.own.entry, msg.Entry(a.own.message.envelope, bytes(payload)))
+    _, rb = session(a, b, b_ctx=spool_ctx(tmp_path / "spool"))
+    assert rb.refused == {"payload_mismatch": 1} and b.cache == []
+    gc.collect()
+    assert list((tmp_path / "spool").iterdir()) == []
 
 
 def test_relay_through_the_middle_node() -> None:
@@ -155,14 +220,14 @@ class CountingIO(MemoryIO):
         super().__init__(inner._send, inner._recv)
         self.live, self.peak = live, peak
 
-    async def recv(self, max_len: int) -> bytes:
+    async def recv(self, max_len: int, sink: FrameSink | None = None) -> bytes | memoryview:
         if max_len <= 1 << 20:  # control frames: not a model-sized buffer
-            return await super().recv(max_len)
+            return await super().recv(max_len, sink)
         self.live[0] += 1
         self.peak[0] = max(self.peak[0], self.live[0])
         try:
             await trio.sleep(0.05)  # a slow link: give the other session every chance
-            return await super().recv(max_len)
+            return await super().recv(max_len, sink)
         finally:
             self.live[0] -= 1
 

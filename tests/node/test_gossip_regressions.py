@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import trio
 
-from peerd.framing import FrameTooLargeError
+from peerd.framing import AfterPart, FrameSink, FrameTooLargeError
 from peerd.gossip import SessionResult, run_session
 from peerd.protocol import messages as msg
 from tests.node.test_gossip import CTX, A, B, MemoryIO, pipe, publish, signed_node
@@ -19,8 +19,9 @@ class WantHookIO(MemoryIO):
         super().__init__(inner._send, inner._recv)
         self.hook = hook
 
-    async def send(self, parts: Sequence[bytes | memoryview]) -> None:
-        await super().send(parts)
+    async def send(self, parts: Sequence[bytes | memoryview],
+                   after_part: AfterPart | None = None) -> None:
+        await super().send(parts, after_part)
         if isinstance(msg.decode_frame(b"".join(bytes(p) for p in parts)), msg.Want):
             self.hook()  # type: ignore[operator]
 
@@ -61,10 +62,11 @@ class OversizeIO:
         self.reset_called = False
         self.sent: list[bytes] = []
 
-    async def send(self, parts: Sequence[bytes | memoryview]) -> None:
+    async def send(self, parts: Sequence[bytes | memoryview],
+                   after_part: AfterPart | None = None) -> None:
         self.sent.append(b"".join(bytes(p) for p in parts))
 
-    async def recv(self, max_len: int) -> bytes:
+    async def recv(self, max_len: int, sink: FrameSink | None = None) -> bytes:
         raise FrameTooLargeError(2**31, max_len)
 
     async def reset(self) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
+
+import pytest
+import torch
 
 from peerd import persist
 from peerd.node import NodeState, sign_own, verify
-from peerd.state import StateDir
+from peerd.state import StateDir, StateError
 from tests.node.fleet import FLEET, NOW, SCHEMA, key, manifest, model, node
 
 A, B, OUT = key(1), key(2), key(9)
@@ -75,3 +79,36 @@ def test_an_own_entry_signed_by_another_key_is_not_adopted(tmp_path: Path) -> No
     a = node(A, MAN)
     assert persist.restore(state, a, now=NOW).own is False
     assert a.own is None
+
+
+def test_the_own_entry_is_signed_into_its_file_and_mapped(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "s")
+    a = node(A, MAN)
+    held = persist.publish_own(state, a, params=model(2), version=3, created_at=NOW,
+                               num_examples=5)
+    assert held.frame is not None and held.frame.committed
+    assert held.frame.path == state.blob_path(persist.OWN_BLOB)
+    a.set_own(held.entry, held.message, held.frame)
+    for name, t in model(2).items():
+        assert torch.equal(held.entry.params[name], t)
+    fresh = node(A, MAN)
+    assert persist.restore(StateDir(tmp_path / "s"), fresh, now=NOW).own
+    assert fresh.own is not None and fresh.own.entry.meta.version == 3
+
+
+def test_publishing_on_a_full_disk_keeps_the_entry_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = StateDir(tmp_path / "s")
+
+    def full(*_: object, **__: object) -> None:
+        raise StateError(errno.ENOSPC, "cannot write: No space left on device (disk full)")
+
+    monkeypatch.setattr(state, "write_blob", full)
+    a, b = node(A, MAN), node(B, MAN)
+    held = persist.publish_own(state, a, params=model(2), version=3, created_at=NOW,
+                               num_examples=5)
+    assert held.frame is None  # in memory, still a valid signed entry
+    v = verify(held.message, fleet_id=FLEET, manifest=MAN, ledger=b.ledger, schema=SCHEMA,
+               limits=b.limits, now=NOW)
+    assert v.entry.meta.version == 3

@@ -158,3 +158,34 @@ def test_anchor_from_the_published_entry_trains_like_an_anchor_copy(with_peer: b
         torch.testing.assert_close(out_a.params[k], out_b.params[k], rtol=1e-5, atol=1e-6)
     # ρ = 5 pulls hard: a wrong x̄ (e.g. the trained model, or the peer alone) would not match.
     assert out_a.alpha == out_b.alpha
+
+
+def test_a_spilled_anchor_trains_exactly_like_an_anchor_copy(tmp_path: Path) -> None:
+    # The daemon keeps x̄ in an unlinked file (peerd.spool.spill) read one tensor at a time;
+    # the arithmetic must be the very same as with x̄ cloned in memory.
+    from peerd import spool
+    from peerd.core.entry import CacheItem, Entry
+
+    task = Toy()
+    a, b = task.model(), task.model()
+    b.load_state_dict(a.state_dict())
+    g = torch.Generator().manual_seed(7)
+    peer = Entry.create(origin="peer", version=1, created_at=90.0, num_examples=16,
+                        params={k: torch.randn(v.shape, generator=g)
+                                for k, v in a.state_dict().items()})
+    base = dict(own_id="me", cache=(CacheItem(peer.meta, "peer", 95.0),),
+                clock=Clock.time(100.0), policy=AlphaPolicy.parse("uniform"), steps=10,
+                batch_size=4, lr=0.3, rho=5.0, seed=0)
+    kept: list[object] = []
+
+    def keep(x: object) -> object:
+        kept.append(spool.spill(x, tmp_path))  # type: ignore[arg-type]
+        return kept[-1]
+
+    out_a = run_round(a, task, RoundInput(**base, peers=[peer],  # type: ignore[arg-type]
+                                          keep_anchor=keep))  # type: ignore[arg-type]
+    out_b = run_round(b, task, RoundInput(**base, peers=[peer]))  # type: ignore[arg-type]
+    assert len(kept) == 1 and isinstance(kept[0], spool.PagedParams)
+    for k in out_a.params:
+        assert torch.equal(out_a.params[k], out_b.params[k]), k
+    assert list(tmp_path.iterdir()) == []
