@@ -1,7 +1,7 @@
 """Real `peerd run` daemons: peak memory idle and during an exchange, and time to first peer.
 
     .venv/bin/python -m benchmarks.bench_daemon [--params 11000000] [--capacity 2]
-        [--mesh-runs 2] [--skip-rss] [--skip-mesh] [--no-write]
+        [--memory-runs 3] [--mesh-runs 2] [--skip-rss] [--skip-mesh] [--no-write]
 
 1. **Memory** (loopback, mDNS off): a daemon M whose task's model has ``--params`` float32
    parameters (44 MB at the default; an MLP of 10 hidden layers ~1044 wide) runs alone until it has trained and published a few
@@ -197,6 +197,7 @@ def memory_report(r: dict[str, Any]) -> list[str]:
     over = hwm - goal
     tiny_fixed = r["tiny_idle"]["VmHWM"] - base
     peak = r["peak_sample"]
+    peaks = r.get("all_peaks", [hwm])
 
     def row(name: str, value: int) -> str:
         return (f"| {name} | {value / MB:.0f} MB | {(value - base) / size:+.1f} × model "
@@ -221,6 +222,8 @@ def memory_report(r: dict[str, Any]) -> list[str]:
         f"daemon: {r['tiny_idle']['RssAnon'] / MB:.0f} / {r['tiny_idle']['RssFile'] / MB:.0f} "
         f"MB) | {peak['RssAnon'] / MB:.0f} / {peak['RssFile'] / MB:.0f} MB | |",
         row("during exchange: VmHWM (peak since start)", hwm),
+        f"| VmHWM of each of the {len(peaks)} memory runs (the highest is reported here) | "
+        f"{', '.join(f'{p / MB:.0f}' for p in peaks)} MB | |",
         f"| goal: torch baseline + (C+3) × model size | {goal / MB:.0f} MB | "
         f"{c + 3:+.1f} × model |",
         "",
@@ -458,6 +461,8 @@ def main() -> None:
     ap.add_argument("--skip-rss", action="store_true")
     ap.add_argument("--skip-mesh", action="store_true")
     ap.add_argument("--mesh-runs", type=int, default=2)
+    ap.add_argument("--memory-runs", type=int, default=3,
+                    help="memory phases to run; the report shows the one with the highest peak")
     ap.add_argument("--no-write", action="store_true", help="print, don't touch docs/benchmarks.md")
     ap.add_argument("--breakdown-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -470,7 +475,12 @@ def main() -> None:
         return
     t0 = time.monotonic()
     load0 = os.getloadavg()[0]
-    mem = None if args.skip_rss else bench_memory(args.params, args.capacity)
+    mem = None
+    if not args.skip_rss:
+        runs = [bench_memory(args.params, args.capacity) for _ in range(args.memory_runs)]
+        # The worst run is the one reported and judged: a goal met only on average is not met.
+        mem = max(runs, key=lambda r: r["exchange"]["VmHWM"])
+        mem["all_peaks"] = [r["exchange"]["VmHWM"] for r in runs]
     parts = None if args.skip_rss else bench_breakdown(args.params, args.capacity)
     mesh = None if args.skip_mesh else bench_mesh(args.mesh_runs)
     argv = " ".join(sys.argv[1:])

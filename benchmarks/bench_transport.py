@@ -12,21 +12,25 @@ byte written until the receiver has the whole frame (or has finished the session
 * one real signed entry of ``--mb`` MB (``mb * 1e6 / 4`` float32 parameters) through
   ``peerd.gossip.run_session`` between two ``NodeState``s: Hello, Digest, Want, the entry,
   signature + hash + schema + norm verification and the cache merge, over in-memory
-  channels (no network), over raw TCP with peerd's framing, and over peerd.transport;
+  channels (no network), over raw TCP with peerd's framing (received into memory, and
+  spooled to a state directory as the daemon receives it), and over peerd.transport;
   plus ``verify`` + ``accept`` alone, and the raw TCP transfer of the same frame bytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 import torch
 import trio
@@ -170,13 +174,15 @@ class Fleet:
         return self.node(self.key_b)
 
 
-async def _session_pair(fleet: Fleet, io_a: FramedStream, io_b: FramedStream) -> None:
+async def _session_pair(fleet: Fleet, io_a: FramedStream, io_b: FramedStream,
+                        ctx_b: SessionContext | None = None) -> None:
     """A (initiator) and a fresh B swap over the two ends; B must cache A's entry."""
     b = fleet.fresh_b()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(functools.partial(run_session, io_a, fleet.a, fleet.ctx,
                                              peer_id=b.id, initiator=True))
-        result = await run_session(io_b, b, fleet.ctx, peer_id=fleet.a.id, initiator=False)
+        result = await run_session(io_b, b, ctx_b or fleet.ctx, peer_id=fleet.a.id,
+                                   initiator=False)
     assert result.received == 1, result
 
 
@@ -219,6 +225,7 @@ ROWS = (
     ("verify", "entry: `verify` + `accept` only, no I/O"),
     ("mem_session", "entry: gossip session, in-memory channels"),
     ("tcp_session", "entry: gossip session, raw TCP + peerd framing"),
+    ("spool_session", "entry: the same, spooled to a state directory as the daemon does"),
     ("p2p_session", "entry: gossip session, peerd.transport, one process"),
 )
 
@@ -229,6 +236,8 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
     entry_bytes = b"".join(fleet.frame_parts())
     limit = max(len(payload), len(entry_bytes))
     cases: dict[str, Case] = {}
+    # Removed when the run ends (or by its finalizer if the run fails).
+    spool_tmp = tempfile.TemporaryDirectory(prefix="peerd-bench-")
     async with trio.open_nursery() as nursery:
         # raw TCP: a frame, acknowledged by one byte
         raw_tx, raw_rx = await _tcp_pair(nursery)
@@ -290,6 +299,13 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
         async def tcp_session() -> None:
             await _session_pair(fleet, tcp_a, tcp_b)
 
+        spool_ctx = dataclasses.replace(fleet.ctx, spool_dir=Path(spool_tmp.name))
+
+        async def spool_session() -> None:
+            # Written to disk as it arrives, hashed and validated from the mapped file; the
+            # refused-or-dropped temporary file goes with the session (nothing commits it).
+            await _session_pair(fleet, tcp_a, tcp_b, spool_ctx)
+
         gb = await nursery.start(_run_host, functools.partial(_serve_session, fleet),
                                  fleet.key_b)
         ga = await nursery.start(_run_host, _no_handler, fleet.key_a)
@@ -306,11 +322,13 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
         cases["verify"] = verify_only
         cases["mem_session"] = mem_session
         cases["tcp_session"] = tcp_session
+        cases["spool_session"] = spool_session
         cases["p2p_session"] = p2p_session
         samples = await ainterleaved({k: cases[k] for k, _ in ROWS}, repeat)
         assert fleet.served == [1] * (repeat + 1), fleet.served  # + the warm-up
         await proc.stdin.aclose()
         nursery.cancel_scope.cancel()
+    spool_tmp.cleanup()
     return samples
 
 
@@ -353,7 +371,8 @@ def report(samples: dict[str, list[float]], mb: float, repeat: int, load: tuple[
     ]
     for key, label in ROWS:
         base = med["raw_entry"] if key in ("verify", "mem_session", "tcp_session",
-                                            "p2p_session", "raw_entry") else med["raw_frame"]
+                                            "spool_session", "p2p_session", "raw_entry"
+                                            ) else med["raw_frame"]
         lines.append(f"| {label} | {med[key]:.3f} | {mb / med[key]:.1f} | "
                      f"{med[key] / base:.1f}× |")
     net = med["p2p_session"] - med["tcp_session"]
