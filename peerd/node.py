@@ -95,8 +95,8 @@ def meta_of(body: EntryBody) -> EntryMeta:
 class Held:
     """A cache entry's payload: torch views for blending, the untouched message for relaying.
 
-    ``frame`` is the mapped state file the payload lives in (see peerd.spool), or None for
-    an entry held in memory; then ``entry.params`` are :class:`PagedParams`.
+    ``frame`` is the mapped state file the payload lives in (see peerd.spool), and
+    ``entry.params`` are then :class:`PagedParams`; None for an entry held in memory.
     """
 
     entry: Entry

@@ -21,7 +21,10 @@ frame that cannot go to disk (disk full) is received into memory instead and is 
 released (:class:`SpoolWriter` falls back; such an entry is simply a plain buffer).
 
 Files are never truncated or rewritten in place (atomic replace only makes new inodes), so
-a mapping can never lose its bytes underneath a reader (which would be SIGBUS).
+a mapping can never lose its bytes underneath a reader (which would be SIGBUS). A disk that
+fails while a mapped page is read would also end the process with SIGBUS; the restarted
+daemon then re-checks every file with ordinary reads (:func:`open_mapped`) and quarantines
+the damaged one instead of mapping it again.
 """
 
 from __future__ import annotations
@@ -129,11 +132,6 @@ class MappedFrame:
             self.release(base + lo, base + lo + PIECE_LEN)
         return h.hexdigest()
 
-    def check(self) -> None:
-        """Compare the body with the SHA-256 in the header (ValueError: corrupt)."""
-        if bytes.fromhex(self.sha256_tail(self.body)) != self.recorded_sha256:
-            raise ValueError("SHA-256 mismatch: the body is corrupt")
-
     def unlink(self) -> None:
         """Remove an uncommitted file now; the mapping stays readable until it is dropped
         (and a crash can leave nothing behind)."""
@@ -154,11 +152,24 @@ class MappedFrame:
 
 
 def open_mapped(path: Path, *, check: bool) -> MappedFrame:
-    """Map a committed state file; with ``check`` its body hash is verified (ValueError)."""
-    frame = MappedFrame(path)
+    """Map a committed state file; with ``check`` its body hash is verified first (ValueError
+    when corrupt, OSError when unreadable).
+
+    The check reads the file with ordinary reads, not through the mapping: a disk that fails
+    to read a mapped page kills the process (SIGBUS) instead of raising, so a damaged file
+    must be caught here, where it becomes an error the caller quarantines, and never loop a
+    restarting daemon into the same crash.
+    """
     if check:
-        frame.check()
-    return frame
+        with open(path, "rb", buffering=0) as fh:
+            head = fh.read(HEADER_LEN)
+            recorded = parse_header(head, os.fstat(fh.fileno()).st_size)
+            h = hashlib.sha256()
+            while chunk := fh.read(PIECE_LEN):
+                h.update(chunk)
+        if h.digest() != recorded:
+            raise ValueError("SHA-256 mismatch: the body is corrupt")
+    return MappedFrame(path)
 
 
 class SpoolWriter:
