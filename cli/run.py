@@ -12,12 +12,10 @@ DEFAULT_CONFIG = Path("/etc/peerd/peerd.toml")
 
 
 def run(
-    config: Annotated[Path, typer.Option("--config", "-c", help="Config file (TOML).")] = (
-        DEFAULT_CONFIG
-    ),
-    state_dir: Annotated[
-        Path | None, typer.Option("--state-dir", help="Override [node] state_dir.")
-    ] = None,
+    config: Annotated[Path, typer.Option(
+        "--config", "-c", readable=False, help="Config file (TOML).")] = DEFAULT_CONFIG,
+    state_dir: Annotated[Path | None, typer.Option(
+        "--state-dir", readable=False, help="Override \\[node] state_dir.")] = None,
 ) -> None:
     """Join the fleet: discover peers, gossip signed entries, train and blend, until SIGTERM."""
     import dataclasses
@@ -26,6 +24,7 @@ def run(
 
     from peerd.config import ConfigError, load_config
     from peerd.daemon import Daemon, DaemonError
+    from peerd.data import DataError
     from peerd.state import StateError
     from peerd.tasks import TaskError
 
@@ -38,7 +37,8 @@ def run(
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
         daemon = Daemon(cfg)
-    except (ConfigError, DaemonError, StateError, TaskError) as exc:
+    except (ConfigError, DaemonError, StateError, TaskError, DataError) as exc:
+        # Each names what is wrong and how to fix it (e.g. a dataset package to install).
         typer.echo(f"peerd: {exc}", err=True)
         raise typer.Exit(code=2) from None
     except FileNotFoundError as exc:

@@ -30,9 +30,13 @@ EXIT_ERROR = 1
 EXIT_NOT_RUNNING = 3
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the daemon's JSON as is.")]
+# readable=False: click's own readability check would pre-empt ours with a usage error; an
+# unreadable config or a socket we may not use gets the documented message and exit status.
+# "\\[node]": rich would take a bare [node] in help text for markup and drop it.
 ConfigOption = Annotated[Path | None, typer.Option(
-    "--config", help="Daemon config file (its [node] socket is used).")]
-SocketOption = Annotated[Path | None, typer.Option("--socket", help="Control socket path.")]
+    "--config", readable=False, help="Daemon config file (its \\[node] socket is used).")]
+SocketOption = Annotated[Path | None, typer.Option(
+    "--socket", readable=False, help="Control socket path.")]
 TimeoutOption = Annotated[float, typer.Option(
     "--timeout", min=0.1, max=600.0, help="Seconds to wait for the daemon.")]
 
@@ -137,9 +141,9 @@ def offline_status(state_dir: Path) -> dict[str, Any]:
         node_id: str | None = node_id_of(read_private_key(state_dir / NODE_KEY_FILE))
     except KeyFileError:
         node_id = None
-    # StateDir() would create and tighten; reading the counters needs neither, but it is the
-    # one place that knows the format, and the directory exists already (checked above).
-    state = StateDir(state_dir)
+    # Read-only: a daemon may be running after all (e.g. on another socket); creating,
+    # tightening, cleaning temporary files or quarantining here would pull files from under it.
+    state = StateDir(state_dir, readonly=True)
     counters = state.load_counters()
     index = _cache_index(state)
     cache = []
@@ -192,7 +196,8 @@ def status(
     config: ConfigOption = None,
     socket: SocketOption = None,
     state_dir: Annotated[Path | None, typer.Option(
-        "--state-dir", help="If the daemon is down, show the state persisted here.")] = None,
+        "--state-dir", readable=False,
+        help="If the daemon is down, show the state persisted here.")] = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Show the daemon's round, model quality, cache and rejected entries."""

@@ -106,8 +106,9 @@ class StatusMetrics(Collector):
             c.add_metric([], accepted)
             yield c
         by_reason: dict[str, float] = {}
-        rejected = _dict(s, "rejected")
-        for reason, count in rejected.items():
+        # Refused (hostile or broken) and dropped (benign: stale, not newer, evicted) alike:
+        # the two sets of reasons are disjoint, so one labelled counter holds both.
+        for reason, count in [*_dict(s, "rejected").items(), *_dict(s, "dropped").items()]:
             label = reason if reason in KNOWN_REASONS else OTHER_REASON
             by_reason[label] = by_reason.get(label, 0.0) + (_num(count) or 0.0)
         c = CounterMetricFamily("peerd_entries_rejected", "Entries refused or dropped, by reason",

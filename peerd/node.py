@@ -211,6 +211,8 @@ class NodeState:
     rejected: Counter[str] = field(default_factory=Counter)
     dropped: Counter[str] = field(default_factory=Counter)
     own_max_version_seen: int = -1
+    #: Entries admitted into the cache since start (a counter: evictions don't lower it).
+    accepted: int = 0
     #: The signed form of ``manifest``, handed to peers that hold an older one.
     manifest_envelope: SignedEnvelope | None = None
 
@@ -295,6 +297,7 @@ class NodeState:
         if result.equivocations:
             self.ledger.flagged.update(e.origin for e in result.equivocations)
         if item in result.accepted:
+            self.accepted += 1
             return None
         fresh = is_fresh(self.clock(now).staleness(meta), self.tau_max)
         return Reason.EVICTED if fresh else Reason.STALE

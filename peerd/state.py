@@ -166,8 +166,9 @@ def atomic_write(path: Path, body: Body | Sequence[Body]) -> None:
                                     "the previous copy is intact") from exc
 
 
-def read_or_quarantine(path: Path, quarantine: Path) -> bytes | None:
-    """The body at ``path``; None if missing, or if corrupt (then it is quarantined)."""
+def read_or_quarantine(path: Path, quarantine: Path | None) -> bytes | None:
+    """The body at ``path``; None if missing, or if corrupt (then it is quarantined, unless
+    ``quarantine`` is None: a read-only reader only logs it)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -190,7 +191,10 @@ def read_or_quarantine(path: Path, quarantine: Path) -> bytes | None:
                     problem = str(exc)
     except OSError as exc:  # EIO on a failing disk: treat like corruption, never fatal
         problem = f"read error: {exc.strerror}"
-    _quarantine(path, quarantine, problem)
+    if quarantine is None:
+        log.warning("corrupt state file %s (%s)", path, problem)
+    else:
+        _quarantine(path, quarantine, problem)
     return None
 
 
@@ -239,14 +243,22 @@ class Counters:
 
 
 class StateDir:
-    """A node's state directory (created 0700). Thread-safe: the daemon writes from workers."""
+    """A node's state directory (created 0700). Thread-safe: the daemon writes from workers.
 
-    def __init__(self, path: Path) -> None:
+    ``readonly``: for readers beside a daemon that may be running (``peerd status
+    --state-dir``): nothing is created, tightened, cleaned or quarantined, so a live daemon's
+    temporary files (atomic writes, entries being received) are never touched.
+    """
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
         self.path = path
         self.blobs = path / "blobs"
         self.quarantine = path / "quarantine"
         self.audit_path = path / "audit.log"
+        self.readonly = readonly
         self._lock = threading.Lock()
+        if readonly:
+            return
         try:
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
             # An existing directory may have been made by hand with a looser umask; the
@@ -270,12 +282,17 @@ class StateDir:
 
     # --- blobs -------------------------------------------------------------------------
 
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise StateError(errno.EROFS, f"{self.path} was opened read-only")
+
     def blob_path(self, name: str) -> Path:
         """Where blob ``name`` lives (ValueError for a name that is not a plain blob name)."""
         return self._blob_path(name)
 
     def quarantine_file(self, path: Path, problem: str) -> None:
         """Move a corrupt state file aside (logged), as a failed read does."""
+        self._check_writable()
         _quarantine(path, self.quarantine, problem)
 
     def _blob_path(self, name: str) -> Path:
@@ -287,6 +304,7 @@ class StateDir:
     def write_blob(self, name: str, data: Body | Sequence[Body]) -> None:
         """Store ``data`` (bytes, or parts written back to back) under ``name`` atomically
         (StateError on failure, old copy kept)."""
+        self._check_writable()
         path = self._blob_path(name)
         size = (memoryview(data).nbytes if isinstance(data, Body)
                 else sum(memoryview(p).nbytes for p in data))
@@ -296,7 +314,8 @@ class StateDir:
 
     def read_blob(self, name: str) -> bytes | None:
         """The blob, or None if absent or corrupt (a corrupt one is quarantined)."""
-        return read_or_quarantine(self._blob_path(name), self.quarantine)
+        return read_or_quarantine(self._blob_path(name),
+                                  None if self.readonly else self.quarantine)
 
     def list_blobs(self, prefix: str = "") -> list[str]:
         """Names of stored blobs starting with ``prefix``, sorted (contents not checked)."""
@@ -309,6 +328,7 @@ class StateDir:
 
     def delete_blob(self, name: str) -> bool:
         """Remove a blob; True if it existed."""
+        self._check_writable()
         try:
             self._blob_path(name).unlink()
         except FileNotFoundError:
@@ -325,7 +345,7 @@ class StateDir:
         for name in _COUNTER_FILES:
             path = self.path / name
             existed = existed or path.exists()
-            body = read_or_quarantine(path, self.quarantine)
+            body = read_or_quarantine(path, None if self.readonly else self.quarantine)
             if body is None:
                 continue
             try:
@@ -345,6 +365,7 @@ class StateDir:
 
     def save_counters(self, counters: Counters) -> None:
         """Persist both copies, one after the other, so a crash mid-way leaves one intact."""
+        self._check_writable()
         if counters.round < 0 or counters.version < 0:
             raise ValueError(f"counters must be >= 0, got {counters}")
         body = json.dumps({"round": counters.round, "version": counters.version}).encode()
@@ -360,6 +381,8 @@ class StateDir:
         An audit failure (disk full) is logged and returns False rather than raising: the
         audit trail must not stop the node from learning.
         """
+        if self.readonly:
+            return False
         record = {"ts": round(time.time(), 3), "event": event, **fields}
         line = json.dumps(record, default=str, ensure_ascii=True)
         if len(line) > MAX_AUDIT_LINE:

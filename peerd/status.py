@@ -30,6 +30,7 @@ def build_status(d: Daemon) -> dict[str, Any]:
     now = d.now()
     clock = node.clock(now)
     stats = d.transport.peer_stats() if hasattr(d, "transport") else {}
+    bytes_in, bytes_out = d.transport.byte_totals() if hasattr(d, "transport") else (0, 0)
     connected = set(d.transport.connected_peers()) if hasattr(d, "transport") else set()
     cache = [
         {
@@ -78,6 +79,9 @@ def build_status(d: Daemon) -> dict[str, Any]:
             "published_version": own.entry.meta.version if own else None,
             "manifest_seq": node.manifest.seq,
             "listen": d.listen_addrs,
+            # Since start, peers no longer listed included (the metrics' byte counters).
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
         },
         "config": {
             "tau_max": learning.tau_max,
@@ -92,6 +96,7 @@ def build_status(d: Daemon) -> dict[str, Any]:
         },
         "cache": cache,
         "peers": peers,
+        "accepted": node.accepted,
         "rejected": dict(sorted(node.rejected.items())),
         "dropped": dict(sorted(node.dropped.items())),
         "flagged": sorted(node.ledger.flagged),

@@ -261,6 +261,8 @@ class Transport:
         self._on_connected = on_connected
         self._on_disconnected = on_disconnected
         self._stats: defaultdict[str, PeerStats] = defaultdict(config.new_peer_stats)
+        #: Bytes of peers whose counters were forgotten, so the totals never go down.
+        self._forgotten_in = self._forgotten_out = 0
         self.peer_id: str = str(self._host.get_id().to_base58())
 
     # -- addresses --
@@ -293,6 +295,11 @@ class Transport:
     def peer_stats(self) -> dict[str, PeerStats]:
         """A snapshot (copies) of the per-peer counters."""
         return {p: replace(s) for p, s in self._stats.items()}
+
+    def byte_totals(self) -> tuple[int, int]:
+        """(bytes in, bytes out) with every peer since start, forgotten ones included."""
+        return (self._forgotten_in + sum(s.bytes_in for s in self._stats.values()),
+                self._forgotten_out + sum(s.bytes_out for s in self._stats.values()))
 
     async def connect(
         self, peer_id: str, addrs: Sequence[str], *, timeout_s: float | None = None
@@ -453,7 +460,9 @@ class Transport:
             if s.streams_in == 0 and s.streams_out == 0 and not self.is_connected(p)
         )
         for _, p in idle[: len(self._stats) - MAX_TRACKED_PEERS]:
-            del self._stats[p]
+            gone = self._stats.pop(p)
+            self._forgotten_in += gone.bytes_in
+            self._forgotten_out += gone.bytes_out
 
     async def _close(self) -> None:
         with trio.CancelScope(shield=True, deadline=trio.current_time() + HOST_CLOSE_TIMEOUT_S):

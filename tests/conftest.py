@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +40,20 @@ def lan() -> Iterator[Callable[[int], list[Host]]]:
         pytest.skip(reason)
     with ExitStack() as stack:
         yield lambda n: stack.enter_context(netns_lan(n))
+
+
+#: Seconds one recv on the notify socket waits (callers loop for longer waits).
+NOTIFY_RECV_TIMEOUT_S = 2.0
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
+    """The datagram socket systemd would provide; ``$NOTIFY_SOCKET`` names it (daemons
+    started by a test inherit the test's environment)."""
+    path = tmp_path / "notify"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(NOTIFY_RECV_TIMEOUT_S)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(path))
+    yield sock
+    sock.close()

@@ -107,6 +107,27 @@ def test_status_offline_reads_the_state_dir(tmp_path: Path) -> None:
                               "bytes": (sd.blobs / "entry-12D3KooWpeer").stat().st_size}]
 
 
+def test_status_offline_touches_nothing_a_running_daemon_may_be_using(tmp_path: Path) -> None:
+    # A daemon may be up after all, e.g. on another socket: its in-flight temporary files,
+    # a counter copy it is rewriting and its directory modes must be left exactly as they are.
+    state = tmp_path / "state"
+    assert runner.invoke(app, ["keygen", "--state-dir", str(state)]).exit_code == 0
+    sd = StateDir(state)
+    sd.save_counters(Counters(round=3, version=2))
+    receiving = sd.blobs / ".tmp-recv-123-abc"
+    receiving.write_bytes(b"half an entry")
+    (state / "counters.b").write_bytes(b"torn")  # mid-rewrite, as the daemon sees it
+    before = {p: (p.stat().st_mode, p.read_bytes() if p.is_file() else None)
+              for p in state.rglob("*")}
+    result = runner.invoke(app, ["status", "--json", "--socket", str(tmp_path / "none.sock"),
+                                 "--state-dir", str(state)])
+    assert result.exit_code == EXIT_NOT_RUNNING
+    assert json.loads(result.stdout)["node"]["round"] == 3
+    after = {p: (p.stat().st_mode, p.read_bytes() if p.is_file() else None)
+             for p in state.rglob("*")}
+    assert after == before  # nothing created, cleaned, tightened or quarantined
+
+
 def test_status_offline_without_state(tmp_path: Path) -> None:
     result = runner.invoke(app, ["status", "--socket", str(tmp_path / "s.sock"),
                                  "--state-dir", str(tmp_path / "nothing")])
@@ -136,6 +157,29 @@ def test_init_prints_a_config_that_loads(tmp_path: Path) -> None:
     assert cfg.fleet.manifest == (fleet / "manifest.peerd").resolve()
     assert cfg.node.state_dir == tmp_path / "st"
     assert "# capacity = 10" in result.stdout  # commented defaults
+
+
+def test_run_with_a_missing_dataset_says_what_to_install_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import peerd.data
+
+    monkeypatch.setattr(peerd.data, "FASHION_MNIST_DIR", tmp_path / "not-installed")
+    fleet = make_fleet(tmp_path)
+    state = tmp_path / "st"
+    assert runner.invoke(app, ["keygen", "--state-dir", str(state)]).exit_code == 0
+    cfg_file = tmp_path / "peerd.toml"
+    result = runner.invoke(app, ["init", "--fleet", str(fleet), "--state-dir", str(state),
+                                 "--out", str(cfg_file)])
+    assert result.exit_code == 0, result.output
+    text = cfg_file.read_text()
+    assert '\n[task]\n# name = "digits"' in text
+    cfg_file.write_text(text.replace('\n[task]\n', '\n[task]\nname = "fashion-mnist"\n'))
+    result = runner.invoke(app, ["run", "--config", str(cfg_file)])
+    assert result.exit_code == 2
+    assert isinstance(result.exception, SystemExit)  # a message, not a crash
+    assert str(tmp_path / "not-installed") in result.stderr
+    assert "Traceback" not in result.output
 
 
 def test_init_out_copies_the_manifest(tmp_path: Path) -> None:

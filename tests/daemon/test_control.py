@@ -7,6 +7,7 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -201,26 +202,57 @@ def test_timeout_and_bad_response(tmp_path: Path) -> None:
         srv.close()
 
 
+def as_nobody(check: Callable[[], bool]) -> bool:
+    """Run ``check`` in a child process that dropped to user nobody; its verdict."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            code = 0 if check() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status) == 0
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 def test_permission_denied_message(tmp_path: Path) -> None:
     path = tmp_path / "peerd.sock"
     os.chmod(tmp_path, 0o755)
+
+    def refused() -> bool:
+        try:
+            request(path, "status")
+        except ControlError as exc:
+            return exc.code == "permission_denied" and "permission denied" in exc.message
+        return False
+
     with running_server(path):
-        pid = os.fork()
-        if pid == 0:  # child: drop to nobody and try
-            code = 1
-            try:
-                os.setgid(65534)
-                os.setuid(65534)
-                try:
-                    request(path, "status")
-                except ControlError as exc:
-                    code = 0 if exc.code == "permission_denied" and \
-                        "permission denied" in exc.message else 2
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.WEXITSTATUS(status) == 0
+        assert as_nobody(refused)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_the_cli_reports_permission_denied_as_such(tmp_path: Path) -> None:
+    # Through the real command line, as a user who may not use the 0600 socket: our message
+    # and exit status 1, not a usage error.
+    from typer.testing import CliRunner
+
+    from peerd.cli.app import app
+
+    path = tmp_path / "peerd.sock"
+    os.chmod(tmp_path, 0o755)
+
+    def refused() -> bool:
+        result = CliRunner().invoke(app, ["status", "--socket", str(path)])
+        return result.exit_code == 1 and "permission denied on" in result.stderr
+
+    with running_server(path):
+        # Once as root first: the child, as nobody, may not read the interpreter's files to
+        # import what the command loads lazily.
+        assert CliRunner().invoke(app, ["status", "--socket", str(path)]).exit_code == 0
+        assert as_nobody(refused)
 
 
 def test_dispatch_is_pure() -> None:

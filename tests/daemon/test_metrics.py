@@ -47,6 +47,26 @@ def test_metrics_follow_the_status_snapshot() -> None:
         stop()
 
 
+def test_accepted_dropped_and_byte_totals_are_served() -> None:
+    metrics = StatusMetrics()
+    port, stop = start_metrics_server("127.0.0.1:0", metrics)
+    try:
+        status = sample_status()
+        status["accepted"] = 6
+        status["dropped"] = {"not_newer": 2, "stale": 1}
+        # Totals since start: more than the peers still listed moved (some were forgotten).
+        status["node"]["bytes_in"], status["node"]["bytes_out"] = 99_000, 88_000
+        metrics.update(status)
+        got = scrape(port)
+        assert got["peerd_entries_accepted_total"] == 6.0
+        assert got['peerd_entries_rejected_total{reason="not_newer"}'] == 2.0
+        assert got['peerd_entries_rejected_total{reason="stale"}'] == 2.0  # 1 + 1 dropped
+        assert got["peerd_bytes_received_total"] == 99_000.0
+        assert got["peerd_bytes_sent_total"] == 88_000.0
+    finally:
+        stop()
+
+
 def test_parse_listen() -> None:
     assert parse_listen("127.0.0.1:9464") == ("127.0.0.1", 9464)
     assert parse_listen("[::1]:9464") == ("::1", 9464)

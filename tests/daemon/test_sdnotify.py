@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,17 +12,6 @@ from peerd import sdnotify
 
 #: Bound on waiting for a datagram that was sent synchronously: only a bug makes us wait.
 RECV_TIMEOUT_S = 2.0
-
-
-@pytest.fixture
-def notify_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
-    path = tmp_path / "notify"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(path))
-    sock.settimeout(RECV_TIMEOUT_S)
-    monkeypatch.setenv("NOTIFY_SOCKET", str(path))
-    yield sock
-    sock.close()
 
 
 def recv(sock: socket.socket) -> str:

@@ -105,6 +105,7 @@ def test_two_members_swap_their_entries_both_ways() -> None:
     # a second session moves nothing
     ra, rb = session(b, a)
     assert ra.sent == ra.received == rb.sent == rb.received == 0
+    assert a.accepted == b.accepted == 1  # the status' and the metrics' counter
 
 
 def spool_ctx(directory: Path) -> SessionContext:

@@ -453,10 +453,13 @@ def test_counters_of_departed_peers_are_bounded(monkeypatch: pytest.MonkeyPatch)
     async def body() -> None:
         async with host() as b:
             departed: list[str] = []
-            for _ in range(4):  # four identities come and go
+            for _ in range(4):  # four identities come and go, each echoing one frame
                 async with host() as a:
                     departed.append(a.peer_id)
                     await a.connect(b.peer_id, b.listen_addrs)
+                    async with a.open_stream(b.peer_id, b.listen_addrs) as s:
+                        await write_frame(s, b"x" * 1000)
+                        assert await read_frame(s, 1 << 20) == b"x" * 1000
                     await a.disconnect(b.peer_id)
                     with trio.fail_after(5):
                         while a.peer_id in b.connected_peers():
@@ -465,6 +468,9 @@ def test_counters_of_departed_peers_are_bounded(monkeypatch: pytest.MonkeyPatch)
                 while len(b.peer_stats()) > 2:
                     await trio.sleep(0.01)
             assert set(b.peer_stats()) <= set(departed[-2:])
+            # Forgotten counters still count: the totals (the metrics' byte counters) never
+            # go down, 4 frames of 4 + 1000 bytes each way.
+            assert b.byte_totals() == (4 * 1004, 4 * 1004)
             with pytest.raises(TransportError):  # malformed ids leave no entry behind
                 async with b.open_stream("not-a-peer-id"):
                     pass
