@@ -80,6 +80,11 @@ def peer_byte_budget(cfg: Config, schema: Schema) -> tuple[float, int]:
     return 2.0 * session / cfg.learning.round_interval_s, session
 
 
+#: The seq of the empty manifest a node without one starts from: every real manifest
+#: (``peerd fleet init`` signs seq 1) is newer.
+PLACEHOLDER_SEQ = 0
+
+
 class DaemonError(RuntimeError):
     """Start-up cannot proceed (missing key, bad manifest…); the message says how to fix it."""
 
@@ -108,8 +113,16 @@ class Metrics:
     published_params: Mapping[str, torch.Tensor] | None = None
 
 
-def _load_manifest(cfg: Config, state: StateDir) -> tuple[Manifest, msg.ManifestMessage]:
-    """The configured manifest file, or a newer one adopted from peers earlier."""
+def _load_manifest(
+    cfg: Config, state: StateDir
+) -> tuple[Manifest, msg.ManifestMessage | None]:
+    """The configured manifest file, or a newer one adopted from peers earlier.
+
+    With no ``[fleet] manifest`` and none adopted yet, the node starts with an empty
+    placeholder (seq 0, no members): the first peer it meets sends the fleet's manifest,
+    which is adopted only if the admin key signed it. Until then every entry is refused as
+    ``not_member``, so nothing unverified is learned in the meantime.
+    """
     admin, fleet = cfg.fleet.admin_public_key, cfg.fleet.fleet_id
     best: tuple[Manifest, msg.ManifestMessage] | None = None
     sources: list[tuple[str, bytes | None]] = [("state", persist.load_manifest(state))]
@@ -129,8 +142,13 @@ def _load_manifest(cfg: Config, state: StateDir) -> tuple[Manifest, msg.Manifest
         except ProtocolError as exc:
             log.warning("manifest from %s not used: %s", name, exc)
     if best is None:
-        raise DaemonError("no valid fleet manifest: set [fleet] manifest to the file written by "
-                          "`peerd fleet init/admit` (signed by the fleet's admin key)")
+        if cfg.fleet.manifest is not None:
+            raise DaemonError(f"no valid fleet manifest in {cfg.fleet.manifest}: use the file "
+                              "written by `peerd fleet init/admit` (signed by the fleet's "
+                              "admin key)")
+        log.warning("no fleet manifest yet ([fleet] manifest is unset): learning it from the "
+                    "first peer met; entries are refused until then")
+        return Manifest(fleet, PLACEHOLDER_SEQ), None
     return best
 
 
@@ -159,7 +177,8 @@ class Daemon:
             key=self.key, fleet_id=cfg.fleet.fleet_id, manifest=manifest,
             schema=Schema.of(self.model.state_dict()), limits=cfg.validation.limits(),
             tau_max=learning.tau_max, capacity=learning.capacity,
-            mode=StalenessMode(learning.staleness), manifest_envelope=envelope.envelope,
+            mode=StalenessMode(learning.staleness),
+            manifest_envelope=None if envelope is None else envelope.envelope,
         )
         self.metrics = Metrics()
         self.peers: dict[str, Peer] = {}

@@ -182,6 +182,33 @@ def test_run_with_a_missing_dataset_says_what_to_install_without_a_traceback(
     assert "Traceback" not in result.output
 
 
+def test_a_config_with_only_the_fleet_section_starts_and_waits_for_a_manifest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import dataclasses
+
+    from peerd.daemon import Daemon, DaemonError
+
+    info = json.loads((make_fleet(tmp_path) / "fleet.json").read_text())
+    state = tmp_path / "st"
+    assert runner.invoke(app, ["keygen", "--state-dir", str(state)]).exit_code == 0
+    cfg_file = tmp_path / "peerd.toml"
+    cfg_file.write_text(f'[fleet]\nadmin_public_key = "{info["admin_public_key"]}"\n'
+                        f'fleet_id = "{info["fleet_id"]}"\n')
+    cfg = load_config(cfg_file)
+    cfg = dataclasses.replace(cfg, node=dataclasses.replace(cfg.node, state_dir=state))
+    with caplog.at_level("WARNING"):
+        daemon = Daemon(cfg)
+    assert daemon.node.manifest.seq == 0 and daemon.node.manifest_envelope is None
+    assert "learning it from the first peer" in caplog.text
+    # A manifest that is configured but unusable is still a start-up error.
+    (tmp_path / "bad.peerd").write_bytes(b"not a manifest")
+    broken = dataclasses.replace(cfg, fleet=dataclasses.replace(
+        cfg.fleet, manifest=tmp_path / "bad.peerd"))
+    with pytest.raises(DaemonError, match="no valid fleet manifest in"):
+        Daemon(broken)
+
+
 def test_init_out_copies_the_manifest(tmp_path: Path) -> None:
     fleet = make_fleet(tmp_path)
     out = tmp_path / "etc" / "peerd.toml"

@@ -17,6 +17,7 @@ from peerd.node import Held, NodeState, sign_own
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import private_key_from_seed, public_key_bytes
+from peerd.protocol.manifest import Manifest
 from peerd.state import StateDir
 from tests.node.fleet import FLEET, NOW, key, manifest, model, node
 
@@ -178,6 +179,28 @@ def test_newer_manifest_spreads_and_a_revoked_member_is_then_refused() -> None:
     # and the revoked node can no longer gossip with b
     _, rb2 = session(c, b)
     assert rb2.refused == {"revoked": 1}
+
+
+def test_a_node_without_a_manifest_learns_it_from_its_first_peer() -> None:
+    # [fleet] manifest unset: the daemon starts from an empty placeholder (seq 0).
+    a = signed_node(A, 3, A, B)
+    b = node(B, Manifest(FLEET, 0))
+    publish(a, 2)
+    _, rb = session(a, b)
+    assert rb.manifest_adopted == 3 and b.manifest.seq == 3
+    assert b.manifest_envelope is not None  # and b can now hand it on
+    assert [(i.meta.origin, i.meta.version) for i in b.cache] == [(a.id, 2)]
+
+
+def test_a_manifest_not_signed_by_the_admin_is_not_learned() -> None:
+    forged = manifest(A, B, seq=3)
+    a = signed_node(A, 3, A, B)
+    a.manifest_envelope = forged.sign(OUT)  # a valid signature, by the wrong key
+    b = node(B, Manifest(FLEET, 0))
+    publish(a, 2)
+    session(a, b)
+    assert b.manifest.seq == 0 and b.cache == []
+    assert b.rejected == {"bad_signature": 1}
 
 
 def test_outsider_with_a_valid_key_is_refused_after_hello() -> None:
