@@ -49,7 +49,8 @@ def render_config(*, admin_public_key: str, fleet_id: str, manifest: str | None,
                      '# manifest = "manifest.peerd"   # none: learn it from peers')
     return f"""\
 # peerd configuration (TOML). Reference: docs/operations.md.
-# Only [fleet] is required; every commented-out line shows the default.
+# Only [fleet] is required; every commented-out line shows the default (or, for a
+# setting that is off or automatic by default, an example value).
 # Relative paths are relative to this file's folder.
 
 [fleet]

@@ -284,6 +284,13 @@ class ControlServer:
 # ---------------------------------------------------------------------------- client
 
 
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def request(socket_path: Path, method: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
     """Ask the daemon; the ``result`` dict, or :class:`ControlError` with a clear message."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -295,6 +302,10 @@ def request(socket_path: Path, method: str, timeout: float = DEFAULT_TIMEOUT_S) 
             raise ControlError("not_running",
                                f"peerd is not running? no socket at {socket_path}") from None
         except ConnectionRefusedError:
+            if not _is_socket(socket_path):  # a file someone put there, or a wrong path
+                raise ControlError("not_a_socket", f"{socket_path} is not a socket: not a "
+                                   "peerd control socket (check --socket / [node] socket)"
+                                   ) from None
             raise ControlError("not_running", f"peerd is not running? {socket_path} exists but "
                                "nobody listens (stale socket from a crash)") from None
         except PermissionError:

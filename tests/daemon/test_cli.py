@@ -79,6 +79,14 @@ def test_missing_socket_exits_non_zero(tmp_path: Path, command: str) -> None:
     assert result.stdout == ""
 
 
+def test_a_file_that_is_not_a_socket_is_an_error_not_a_stopped_daemon(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.sock"
+    path.write_text("not a socket")
+    result = runner.invoke(app, ["status", "--socket", str(path)])
+    assert result.exit_code == 1  # not 3: nothing says a daemon ever ran there
+    assert "is not a socket" in result.stderr
+
+
 def test_status_offline_reads_the_state_dir(tmp_path: Path) -> None:
     state = tmp_path / "state"
     assert runner.invoke(app, ["keygen", "--state-dir", str(state)]).exit_code == 0
