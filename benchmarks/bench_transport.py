@@ -13,7 +13,10 @@ byte written until the receiver has the whole frame (or has finished the session
   ``peerd.gossip.run_session`` between two ``NodeState``s: Hello, Digest, Want, the entry,
   signature + hash + schema + norm verification and the cache merge, over in-memory
   channels (no network), over raw TCP with peerd's framing (received into memory, and
-  spooled to a state directory as the daemon receives it), and over peerd.transport;
+  spooled to a state directory as the daemon receives it), and over peerd.transport, in
+  this process and between two daemons: B (its own libp2p host and ``NodeState``, the
+  fleet's keys derived from a seed on its command line) runs in a child process and
+  reports each session's cached entries on its stdout, which this process checks;
   plus ``verify`` + ``accept`` alone, and the raw TCP transfer of the same frame bytes.
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import hashlib
 import os
 import statistics
 import struct
@@ -43,7 +47,7 @@ from peerd.framing import AfterPart, FramedStream, FrameSink, TrioFramedStream
 from peerd.gossip import SessionContext, run_session
 from peerd.node import NodeState, sign_own, verify
 from peerd.protocol import messages as msg
-from peerd.protocol.identity import public_key_bytes
+from peerd.protocol.identity import private_key_from_seed, public_key_bytes
 from peerd.protocol.manifest import Manifest
 from peerd.transport import Stream, TransportConfig, open_transport, read_frame, write_frame
 
@@ -129,6 +133,60 @@ async def _serve(limit: int) -> None:
         await trio.to_thread.run_sync(sys.stdin.read)
 
 
+async def _serve_sessions(n_params: int, seed: bytes) -> None:
+    """B in its own process (--serve-session): prints "peer_id port", then one line per
+    session, the number of entries it verified and cached ("error …" if the session
+    raised), and serves until stdin EOF."""
+    fleet = Fleet(n_params, seed, sign=False)
+
+    async def receiver(stream: Stream) -> None:
+        try:
+            result = await run_session(stream, fleet.fresh_b(), fleet.ctx,
+                                       peer_id=stream.peer_id, initiator=False)
+        except Exception as exc:
+            print("error", repr(exc), flush=True)
+            raise
+        print(result.received, flush=True)
+
+    async with open_transport(fleet.key_b, receiver, LOOPBACK) as b:
+        print(b.peer_id, b.port, flush=True)
+        await trio.to_thread.run_sync(sys.stdin.read)
+
+
+async def _read_lines(stream: trio.abc.ReceiveStream,
+                      lines: trio.MemorySendChannel[str]) -> None:
+    """Forwards ``stream``'s lines until EOF, then closes ``lines``."""
+    async with lines:
+        buf = b""
+        while chunk := await stream.receive_some(4096):
+            *whole, buf = (buf + chunk).split(b"\n")
+            for line in whole:
+                await lines.send(line.decode())
+
+
+async def _spawn(nursery: trio.Nursery, *args: str
+                 ) -> tuple[trio.Process, trio.MemoryReceiveChannel[str], str, str]:
+    """A child ``--serve…`` process: (process, its stdout lines after the first, its libp2p
+    peer id, its port). Cancelling ``nursery`` kills it; closing its stdin ends it."""
+    cmd = [sys.executable, "-m", "benchmarks.bench_transport", *args]
+    proc: trio.Process = await nursery.start(functools.partial(
+        trio.run_process, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, check=False))
+    send, lines = trio.open_memory_channel[str](100)
+    assert proc.stdout is not None
+    nursery.start_soon(_read_lines, proc.stdout, send)
+    with trio.fail_after(CASE_TIMEOUT_S):
+        peer_id, port = (await lines.receive()).split()
+    return proc, lines, peer_id, port
+
+
+async def _end(proc: trio.Process) -> None:
+    """Closes the child's stdin and waits for it to exit cleanly."""
+    assert proc.stdin is not None
+    await proc.stdin.aclose()
+    with trio.fail_after(30):
+        assert await proc.wait() == 0, proc.returncode
+
+
 async def _no_handler(stream: Stream) -> None:
     return None
 
@@ -136,30 +194,43 @@ async def _no_handler(stream: Stream) -> None:
 # --- gossip sessions ------------------------------------------------------------------------
 
 
-def _model(n_params: int) -> dict[str, torch.Tensor]:
+def _n_params(mb: float) -> int:
+    """float32 parameters of a ``mb`` MB entry (the same in the parent and the child)."""
+    return int(mb * 1_000_000) // 4
+
+
+def _model(n_params: int, *, values: bool = True) -> dict[str, torch.Tensor]:
+    """The benchmark model; with ``values=False`` only its shapes (meta tensors)."""
     g = torch.Generator().manual_seed(0)
     cols = n_params // MODEL_ROWS
-    return {f"layer{i}.weight": torch.randn(cols, generator=g) * WEIGHT_SCALE
+    return {f"layer{i}.weight": (torch.randn(cols, generator=g) * WEIGHT_SCALE if values
+                                 else torch.empty(cols, device="meta"))
             for i in range(MODEL_ROWS)}
 
 
 class Fleet:
-    """Two members of one fleet: A holds a signed entry, each B starts empty."""
+    """Two members of one fleet: A holds a signed entry, each B starts empty.
 
-    def __init__(self, n_params: int) -> None:
-        admin = Ed25519PrivateKey.generate()
-        self.key_a, self.key_b = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    The keys derive from ``seed``, so a child process given the same seed (and model size)
+    builds the same manifest, schema and B; it skips signing A's entry (``sign=False``).
+    """
+
+    def __init__(self, n_params: int, seed: bytes, *, sign: bool = True) -> None:
+        admin, self.key_a, self.key_b = (
+            private_key_from_seed(hashlib.sha256(seed + role).digest())
+            for role in (b"admin", b"a", b"b"))
         manifest = Manifest(FLEET, 0)
         for k in (self.key_a, self.key_b):
             manifest = manifest.admit(public_key_bytes(k), None)
         self.manifest = manifest
-        params = _model(n_params)
+        params = _model(n_params, values=sign)
         self.schema = Schema.of(params)
         self.ctx = SessionContext(admin_key=public_key_bytes(admin), now=time.time)
         self.a = self.node(self.key_a)
-        entry, self.message = sign_own(self.key_a, FLEET, params=params, version=1,
-                                       created_at=time.time(), num_examples=100)
-        self.a.set_own(entry, self.message)
+        if sign:
+            entry, self.message = sign_own(self.key_a, FLEET, params=params, version=1,
+                                           created_at=time.time(), num_examples=100)
+            self.a.set_own(entry, self.message)
         #: Entries each libp2p-served session cached (checked after the run).
         self.served: list[int] = []
 
@@ -227,12 +298,14 @@ ROWS = (
     ("tcp_session", "entry: gossip session, raw TCP + peerd framing"),
     ("spool_session", "entry: the same, spooled to a state directory as the daemon does"),
     ("p2p_session", "entry: gossip session, peerd.transport, one process"),
+    ("p2p2_session", "entry: gossip session, peerd.transport, two processes"),
 )
 
 
 async def main(mb: float, repeat: int) -> dict[str, list[float]]:
     payload = os.urandom(int(mb * 1_000_000))
-    fleet = Fleet(len(payload) // 4)
+    seed = os.urandom(32)
+    fleet = Fleet(_n_params(mb), seed)
     entry_bytes = b"".join(fleet.frame_parts())
     limit = max(len(payload), len(entry_bytes))
     cases: dict[str, Case] = {}
@@ -270,13 +343,7 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
                                          functools.partial(read_frame, s, 1))
 
         # peerd.transport to a child process
-        cmd = [sys.executable, "-m", "benchmarks.bench_transport", "--serve", "--mb", str(mb)]
-        proc = await nursery.start(functools.partial(
-            trio.run_process, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, check=False))
-        line = b""
-        while not line.endswith(b"\n"):
-            line += await proc.stdout.receive_some(200)
-        child_id, child_port = line.decode().split()
+        proc, _, child_id, child_port = await _spawn(nursery, "--serve", "--mb", str(mb))
         s2 = await nursery.start(_open_stream, a, child_id, [f"/ip4/127.0.0.1/tcp/{child_port}"])
         cases["p2p2_frame"] = _frame_case(functools.partial(write_frame, s2, payload),
                                           functools.partial(read_frame, s2, 1))
@@ -319,14 +386,35 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
             # B's side finished verifying before it sent its (empty) entries, so the session
             # ending on A's side means the entry is verified and merged on B's side.
 
+        # B in a child process (as between two daemons), with A on a host of its own: the
+        # child's B has key_b too, and one host's connections are keyed by peer id.
+        proc_b, served_b, b2_id, b2_port = await _spawn(
+            nursery, "--serve-session", seed.hex(), "--mb", str(mb))
+        b2_addrs = [f"/ip4/127.0.0.1/tcp/{b2_port}"]
+        assert b2_id == gb.peer_id, (b2_id, gb.peer_id)
+        ga2 = await nursery.start(_run_host, _no_handler, fleet.key_a)
+        await ga2.connect(b2_id, b2_addrs)
+
+        async def p2p2_session() -> None:
+            async with ga2.open_stream(b2_id, b2_addrs) as stream:
+                result = await run_session(stream, fleet.a, fleet.ctx, peer_id=b2_id,
+                                           initiator=True)
+                assert result.sent == 1, result
+            # As above; the child reports what it cached on its stdout (checked below).
+
         cases["verify"] = verify_only
         cases["mem_session"] = mem_session
         cases["tcp_session"] = tcp_session
         cases["spool_session"] = spool_session
         cases["p2p_session"] = p2p_session
+        cases["p2p2_session"] = p2p2_session
         samples = await ainterleaved({k: cases[k] for k, _ in ROWS}, repeat)
         assert fleet.served == [1] * (repeat + 1), fleet.served  # + the warm-up
-        await proc.stdin.aclose()
+        with trio.fail_after(30):  # the child prints after its side of the session returns
+            served2 = [await served_b.receive() for _ in range(repeat + 1)]
+        assert served2 == ["1"] * (repeat + 1), served2
+        await _end(proc)
+        await _end(proc_b)
         nursery.cancel_scope.cancel()
     spool_tmp.cleanup()
     return samples
@@ -371,8 +459,8 @@ def report(samples: dict[str, list[float]], mb: float, repeat: int, load: tuple[
     ]
     for key, label in ROWS:
         base = med["raw_entry"] if key in ("verify", "mem_session", "tcp_session",
-                                            "spool_session", "p2p_session", "raw_entry"
-                                            ) else med["raw_frame"]
+                                            "spool_session", "p2p_session", "p2p2_session",
+                                            "raw_entry") else med["raw_frame"]
         lines.append(f"| {label} | {med[key]:.3f} | {mb / med[key]:.1f} | "
                      f"{med[key] / base:.1f}× |")
     net = med["p2p_session"] - med["tcp_session"]
@@ -382,7 +470,9 @@ def report(samples: dict[str, list[float]], mb: float, repeat: int, load: tuple[
         f"({med['p2p_session']:.2f} s): moving the bytes over raw TCP {med['raw_entry']:.2f} s; "
         f"verification + merge {med['verify']:.2f} s; the session over raw TCP with peerd's "
         f"framing {med['tcp_session']:.2f} s; libp2p's Noise + Yamux add {net:.2f} s on top. "
-        "The one-process libp2p cases share one core and the GIL between sender and receiver.",
+        "The one-process libp2p cases share one core and the GIL between sender and receiver; "
+        "between two processes, as between two daemons, the session takes "
+        f"{med['p2p2_session']:.2f} s.",
     ]
     return "\n".join(lines)
 
@@ -393,9 +483,12 @@ if __name__ == "__main__":
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-write", action="store_true", help="print, don't touch docs/benchmarks.md")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--serve-session", metavar="SEED_HEX", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         trio.run(_serve, int(args.mb * 1_000_000) + CHUNK)
+    elif args.serve_session:
+        trio.run(_serve_sessions, _n_params(args.mb), bytes.fromhex(args.serve_session))
     else:
         load0 = os.getloadavg()[0]
         t0 = time.perf_counter()
