@@ -22,6 +22,7 @@ import logging
 import math
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -183,6 +184,7 @@ class Daemon:
         self.metrics = Metrics()
         self.peers: dict[str, Peer] = {}
         self._written: set[str] = set()
+        self._persist_lock = threading.Lock()
         self._wake_gossip = trio.Event()
         self.listen_addrs: list[str] = []
         self.ready = trio.Event()
@@ -216,8 +218,10 @@ class Daemon:
                          cached=restored.cached, refused=restored.refused)
 
     def _persist(self) -> None:
-        """Runs in a worker thread: cache entries not yet on disk, the index, the own entry."""
-        self._written = persist.save_cache(self.state, self.node, self._written)
+        """Runs in a worker thread: cache entries not yet on disk and the index. One at a
+        time: sessions that end together each call this from their own thread."""
+        with self._persist_lock:
+            self._written = persist.save_cache(self.state, self.node, self._written)
 
     # ------------------------------------------------------------------ rounds
     async def _round(self) -> None:

@@ -90,6 +90,9 @@ def save_manifest(state: StateDir, envelope: msg.ManifestMessage) -> None:
 def save_cache(state: StateDir, node: NodeState, written: set[str]) -> set[str]:
     """Write entries not yet on disk, delete those no longer cached; returns what is on disk.
 
+    Not reentrant: the caller runs one at a time (two at once would race to commit the same
+    spooled file and to delete each other's new files).
+
     ``written`` holds the (origin@version) keys already stored, so a 44 MB entry is written
     once, not every round.
     """
@@ -100,9 +103,12 @@ def save_cache(state: StateDir, node: NodeState, written: set[str]) -> set[str]:
         if not isinstance(held, Held):
             continue
         key = f"{item.meta.origin}@{item.meta.version}"
-        if held.frame is not None and not held.frame.committed:
-            # Spooled while it was received: already on disk, renamed into place here.
-            held.frame.commit(state.blob_path(_entry_blob(item.meta.origin)))
+        if held.frame is not None:
+            # Mapped from its own file: spooled while it was received and renamed into place
+            # here, once. Never written again from the mapping: that would read the whole
+            # entry back into memory for nothing.
+            if not held.frame.committed:
+                held.frame.commit(state.blob_path(_entry_blob(item.meta.origin)))
         elif key not in written:
             state.write_blob(_entry_blob(item.meta.origin), _frame(held.message))
         now_on_disk.add(key)

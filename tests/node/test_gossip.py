@@ -135,6 +135,12 @@ def test_entries_spooled_to_disk_are_relayed_intact_and_committed_by_persist(
     assert held.frame.committed
     assert sorted(p.name for p in state.blobs.iterdir()) == [
         persist.INDEX_BLOB, f"{persist.ENTRY_PREFIX}{a.id}"]
+    # Saving again, even with a stale record of what is on disk, never rewrites a mapped
+    # entry (that read the whole entry back into memory): same file, same inode.
+    stored = state.blob_path(f"{persist.ENTRY_PREFIX}{a.id}")
+    inode = stored.stat().st_ino
+    persist.save_cache(state, b, set())
+    assert stored.stat().st_ino == inode
     fresh = signed_node(B, 1, A, B, C)
     assert persist.restore(StateDir(tmp_path / "b"), fresh, now=NOW).cached == 1
     restored = fresh.cache[0].payload
