@@ -70,39 +70,27 @@ class MappedFrame:
     durable state file instead.
     """
 
-    def __init__(self, path: Path, *, committed: bool = True, fd: int | None = None) -> None:
-        own_fd = fd is None
-        if fd is None:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    def __init__(self, path: Path, *, committed: bool = True) -> None:
+        # The descriptor is closed once the file is mapped: a daemon that refuses entries
+        # all day must not leak one per entry.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
             if size < HEADER_LEN:
                 parse_header(b"", size)  # raises: too short
             self._map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-        except BaseException:
-            if own_fd:
-                os.close(fd)
-            raise
+        finally:
+            os.close(fd)
         self._size = size
         self.path = path
         self.recorded_sha256 = parse_header(self._map[:HEADER_LEN], size)
         self.body = memoryview(self._map)[HEADER_LEN:].toreadonly()
-        # Kept open until commit so the data can be fsynced; closed for committed files.
-        self._fd: int | None = fd
         self._pending: list[Path] = [] if committed else [path]
         weakref.finalize(self, _unlink_pending, self._pending)
-        if committed:
-            self._close_fd()
 
     @property
     def committed(self) -> bool:
         return not self._pending
-
-    def _close_fd(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
 
     def release(self, start: int = 0, end: int | None = None) -> None:
         """Hand the pages of ``body[start:end]`` back to the kernel (a hint; see module doc).
@@ -136,19 +124,20 @@ class MappedFrame:
         """Remove an uncommitted file now; the mapping stays readable until it is dropped
         (and a crash can leave nothing behind)."""
         _unlink_pending(self._pending)
-        self._close_fd()
 
     def commit(self, path: Path) -> None:
         """Make a received frame durable as ``path`` (fsync, rename, fsync the directory)."""
         if self.committed:
             raise ValueError(f"{self.path} is already committed")
-        if self._fd is not None:
-            os.fsync(self._fd)
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)  # the data first, then the name: a crash never leaves a torn entry
+        finally:
+            os.close(fd)
         os.replace(self.path, path)
         fsync_dir(path.parent)
         self._pending.clear()
         self.path = path
-        self._close_fd()
 
 
 def open_mapped(path: Path, *, check: bool) -> MappedFrame:
@@ -248,9 +237,11 @@ class SpoolWriter:
         if self._mem is None:
             try:
                 self._write_all(pack_header(self._length, self._hash.digest()), 0)
-                assert self._path is not None
-                fd, self._fd = self._fd, None
-                self.frame = MappedFrame(self._path, committed=False, fd=fd)
+                assert self._path is not None and self._fd is not None
+                self.frame = MappedFrame(self._path, committed=False)
+                # Only now: had mapping failed, the fallback reads the bytes back through it.
+                os.close(self._fd)
+                self._fd = None
                 return self.frame.body
             except OSError as exc:
                 self._fall_back(exc)
