@@ -72,6 +72,34 @@ class FrameSink(Protocol):
     def abort(self) -> None: ...
 
 
+class MemorySink:
+    """A frame body in its own anonymous ``mmap`` of exactly its length: pages are committed
+    only as bytes land in them, and all of it goes back to the OS with the last view."""
+
+    def __init__(self) -> None:
+        self._buf: mmap.mmap | None = None
+        self._filled = 0
+
+    def begin(self, length: int) -> None:
+        self._buf = mmap.mmap(-1, max(1, length))
+        self._length, self._filled = length, 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        assert self._buf is not None
+        end = self._filled + len(data)
+        if end > self._length:
+            raise ValueError("more bytes than the frame announced")
+        self._buf[self._filled : end] = data
+        self._filled = end
+
+    def finish(self) -> memoryview:
+        assert self._buf is not None
+        return memoryview(self._buf)[: self._length]
+
+    def abort(self) -> None:
+        self._buf = None
+
+
 #: Called with each part's index once that part of a frame has been written.
 AfterPart = Callable[[int], None]
 
@@ -108,30 +136,23 @@ class FramedStream(ABC):
         With a ``sink`` the bytes go there chunk by chunk (to disk) and the sink's buffer is
         returned; it is aborted if the frame does not complete.
         """
-        if sink is not None:
-            sink.begin(n)
-            try:
-                filled = 0
-                while filled < n:
-                    chunk = await self.read_some(min(n - filled, READ_CHUNK_LEN))
-                    sink.write(chunk)
-                    filled += len(chunk)
-                return sink.finish()
-            except BaseException:
-                sink.abort()
-                raise
-        if n <= LARGE_FRAME_LEN:
+        if n <= LARGE_FRAME_LEN and sink is None:
             buf = bytearray()
             while len(buf) < n:
                 buf += await self.read_some(n - len(buf))
             return buf
-        view = memoryview(mmap.mmap(-1, n))
-        filled = 0
-        while filled < n:
-            chunk = await self.read_some(min(n - filled, READ_CHUNK_LEN))
-            view[filled : filled + len(chunk)] = chunk
-            filled += len(chunk)
-        return view
+        sink = sink or MemorySink()
+        sink.begin(n)
+        try:
+            filled = 0
+            while filled < n:
+                chunk = await self.read_some(min(n - filled, READ_CHUNK_LEN))
+                sink.write(chunk)
+                filled += len(chunk)
+            return sink.finish()
+        except BaseException:
+            sink.abort()
+            raise
 
     async def send(
         self, parts: Sequence[bytes | bytearray | memoryview], after_part: AfterPart | None = None

@@ -109,15 +109,6 @@ class Held:
             self.frame.release()
 
 
-@dataclass(frozen=True, slots=True)
-class Verified:
-    """An entry that passed every check that does not depend on mutable node state."""
-
-    entry: Entry
-    message: msg.Entry
-    frame: MappedFrame | None = None
-
-
 def held_entry(
     body: EntryBody, message: msg.Entry, arrays: Mapping[str, npt.NDArray[Any]],
     frame: MappedFrame | None,
@@ -141,8 +132,9 @@ def verify(
     limits: ValidationLimits,
     now: float,
     frame: MappedFrame | None = None,
-) -> Verified:
+) -> Held:
     """Protocol admission plus core validation; raises :class:`ProtocolError` with a reason.
+    The result is the entry as the cache will hold it (:meth:`NodeState.accept`).
 
     Pure apart from reading ``ledger`` (to skip hashing replays early); safe in a thread as
     long as nothing mutates the ledger or manifest concurrently (the caller snapshots them).
@@ -163,7 +155,33 @@ def verify(
             frame.release()
     if rejection is not None:
         raise ProtocolError(rejection.reason, rejection.detail)
-    return Verified(entry, message, frame)
+    return Held(entry, message, frame)
+
+
+def sign_params(
+    key: Ed25519PrivateKey,
+    fleet_id: bytes,
+    *,
+    params: Mapping[str, torch.Tensor],
+    version: int,
+    created_at: float,
+    num_examples: int,
+) -> SignedEntry:
+    """Sign ``params`` as this node's entry (thread-safe, CPU-heavy). The payload parts are
+    views of ``params``: nothing is copied until the caller writes or joins them."""
+    arrays, bf16 = to_wire_arrays({k: v.detach() for k, v in params.items()})
+    return sign_entry(
+        key, fleet_id, version=version, created_at=created_at,
+        schema_id=Schema.of(params).id, num_examples=num_examples, tensors=arrays,
+        bfloat16=bf16,
+    )
+
+
+def held_signed(signed: SignedEntry, message: msg.Entry, frame: MappedFrame | None) -> Held:
+    """Our own signed entry as held, its tensors views of ``message``'s payload (joined in
+    memory, or mapped from ``frame``)."""
+    views = decode_tensors(signed.body.tensors, message.payload)
+    return Held(held_entry(signed.body, message, views, frame), message, frame)
 
 
 def sign_own(
@@ -175,21 +193,17 @@ def sign_own(
     created_at: float,
     num_examples: int,
 ) -> tuple[Entry, msg.Entry]:
-    """Sign ``params`` as this node's entry (thread-safe, CPU-heavy).
+    """Sign ``params`` as this node's entry, in memory (the daemon signs into a file:
+    ``peerd.persist.publish_own``).
 
     The payload is built once; the returned entry's tensors are read-only views into it, so
     the own entry costs one model's worth of memory, like a received one. ``params`` may be
     dropped (or reused) by the caller afterwards.
     """
-    arrays, bf16 = to_wire_arrays({k: v.detach() for k, v in params.items()})
-    signed: SignedEntry = sign_entry(
-        key, fleet_id, version=version, created_at=created_at,
-        schema_id=Schema.of(params).id, num_examples=num_examples, tensors=arrays,
-        bfloat16=bf16,
-    )
-    message = signed.to_message()  # the one copy: the payload buffer
-    views = decode_tensors(signed.body.tensors, message.payload)
-    return Entry(meta_of(signed.body), from_wire_arrays(signed.body.tensors, views)), message
+    signed = sign_params(key, fleet_id, params=params, version=version,
+                         created_at=created_at, num_examples=num_examples)
+    held = held_signed(signed, signed.to_message(), None)  # the one copy: the payload
+    return held.entry, held.message
 
 
 @dataclass
@@ -275,7 +289,7 @@ class NodeState:
     def reject(self, reason: Reason | str) -> None:
         (self.dropped if reason in BENIGN else self.rejected)[str(reason)] += 1
 
-    def accept(self, verified: Verified, *, sender: str, now: float) -> Reason | None:
+    def accept(self, verified: Held, *, sender: str, now: float) -> Reason | None:
         """Admit a verified entry into the cache; returns why it was not kept, if it wasn't."""
         meta = verified.entry.meta
         try:
@@ -284,8 +298,7 @@ class NodeState:
             self.reject(exc.reason)
             return exc.reason
         self.ledger.record(meta.origin, meta.version, meta.digest)
-        item = CacheItem(meta, sender, now,
-                         payload=Held(verified.entry, verified.message, verified.frame))
+        item = CacheItem(meta, sender, now, payload=verified)
         result = merge(self.cache, [item], clock=self.clock(now), tau_max=self.tau_max,
                        capacity=self.capacity, own_origin=self.id)
         self.cache = list(result.cache)

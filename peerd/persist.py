@@ -21,14 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-from peerd.core.entry import CacheItem, Schema
+from peerd.core.entry import CacheItem
 from peerd.core.reasons import Reason
-from peerd.node import Held, NodeState, held_entry, to_wire_arrays, verify
+from peerd.node import Held, NodeState, held_signed, sign_params, verify
 from peerd.protocol import messages as msg
-from peerd.protocol.entry import sign_entry
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.manifest import decode_manifest_file, encode_manifest_file
-from peerd.protocol.tensors import decode_tensors
 from peerd.spool import MappedFrame, open_mapped
 from peerd.state import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir, StateError
 
@@ -49,11 +47,6 @@ def _entry_blob(origin: str) -> str:
     return f"{ENTRY_PREFIX}{origin}"
 
 
-def save_own(state: StateDir, node: NodeState) -> None:
-    if node.own is not None:
-        state.write_blob(OWN_BLOB, _frame(node.own.message))
-
-
 def publish_own(
     state: StateDir, node: NodeState, *, params: Mapping[str, torch.Tensor], version: int,
     created_at: float, num_examples: int,
@@ -65,22 +58,16 @@ def publish_own(
     model copy. If the file cannot be written (disk full) the entry is built in memory as
     before (one copy) and the error logged: publishing must not stop on a full disk.
     """
-    arrays, bf16 = to_wire_arrays({k: v.detach() for k, v in params.items()})
-    signed = sign_entry(node.key, node.fleet_id, version=version, created_at=created_at,
-                        schema_id=Schema.of(params).id, num_examples=num_examples,
-                        tensors=arrays, bfloat16=bf16)
+    signed = sign_params(node.key, node.fleet_id, params=params, version=version,
+                         created_at=created_at, num_examples=num_examples)
     head = msg.Entry(signed.envelope, b"").head()
     try:
         state.write_blob(OWN_BLOB, [head, *signed.parts])
         frame = open_mapped(state.blob_path(OWN_BLOB), check=False)
     except (StateError, OSError, ValueError) as exc:
         log.error("cannot store the own entry (%s); keeping it in memory", exc)
-        message = signed.to_message()  # the one copy the file would have saved
-        views = decode_tensors(signed.body.tensors, message.payload)
-        return Held(held_entry(signed.body, message, views, None), message)
-    message = _decode_entry(frame, OWN_BLOB)
-    views = decode_tensors(signed.body.tensors, message.payload)
-    return Held(held_entry(signed.body, message, views, frame), message, frame)
+        return held_signed(signed, signed.to_message(), None)  # the copy the file saved
+    return held_signed(signed, _decode_entry(frame, OWN_BLOB), frame)
 
 
 def save_manifest(state: StateDir, envelope: msg.ManifestMessage) -> None:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from peerd.framing import MemorySink
 from peerd.state import HEADER_LEN, TMP_PREFIX, fsync_dir, pack_header, parse_header
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ class SpoolWriter:
         self._dir = directory
         self._fd: int | None = None
         self._path: Path | None = None
-        self._mem: mmap.mmap | None = None
+        self._mem: MemorySink | None = None
         self._hash = hashlib.sha256()
         self._length = 0
         self._filled = 0
@@ -203,7 +204,8 @@ class SpoolWriter:
         hint = " (disk full)" if exc.errno == errno.ENOSPC else ""
         log.warning("cannot spool a received entry to %s: %s%s; receiving it into memory "
                     "(it will not be persisted)", self._dir, exc.strerror, hint)
-        mem = mmap.mmap(-1, max(1, self._length))
+        mem = MemorySink()
+        mem.begin(self._length)
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 done = 0
@@ -212,7 +214,7 @@ class SpoolWriter:
                                      HEADER_LEN + done)
                     if not chunk:
                         break
-                    mem[done : done + len(chunk)] = chunk
+                    mem.write(chunk)
                     done += len(chunk)
         self._discard_file()
         self._mem = mem
@@ -227,7 +229,7 @@ class SpoolWriter:
             except OSError as exc:
                 self._fall_back(exc)
         if self._mem is not None:
-            self._mem[self._filled : self._filled + n] = data
+            self._mem.write(data)
         self._hash.update(data)
         self._filled += n
 
@@ -246,7 +248,7 @@ class SpoolWriter:
             except OSError as exc:
                 self._fall_back(exc)
         assert self._mem is not None
-        return memoryview(self._mem)[: self._length].toreadonly()
+        return self._mem.finish().toreadonly()
 
     def _discard_file(self) -> None:
         if self._fd is not None:

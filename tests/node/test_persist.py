@@ -28,11 +28,10 @@ def with_entry_from_b(a: NodeState) -> None:
 def test_own_entry_and_cache_survive_a_restart_with_provenance(tmp_path: Path) -> None:
     state = StateDir(tmp_path / "s")
     a = node(A, MAN)
-    entry, message = sign_own(A, FLEET, params=model(1), version=9, created_at=NOW,
-                              num_examples=5)
-    a.set_own(entry, message)
+    held = persist.publish_own(state, a, params=model(1), version=9, created_at=NOW,
+                               num_examples=5)
+    a.set_own(held.entry, held.message, held.frame)
     with_entry_from_b(a)
-    persist.save_own(state, a)
     persist.save_cache(state, a, set())
 
     fresh = node(A, MAN)
@@ -72,10 +71,7 @@ def test_an_entry_planted_by_a_non_member_is_refused(tmp_path: Path) -> None:
 def test_an_own_entry_signed_by_another_key_is_not_adopted(tmp_path: Path) -> None:
     state = StateDir(tmp_path / "s")
     b = node(B, MAN)
-    entry, message = sign_own(B, FLEET, params=model(0), version=3, created_at=NOW,
-                              num_examples=1)
-    b.set_own(entry, message)
-    persist.save_own(state, b)
+    persist.publish_own(state, b, params=model(0), version=3, created_at=NOW, num_examples=1)
     a = node(A, MAN)
     assert persist.restore(state, a, now=NOW).own is False
     assert a.own is None
