@@ -2,7 +2,7 @@
 
 Each daemon gets its own state directory, key, control socket and config, all admitted to
 one fresh fleet. Daemons run on loopback (static peers, mDNS off) or inside network
-namespaces from ``tests.transport.netns`` (mDNS on, confined to the namespaces).
+namespaces from ``tests.net.netns`` (mDNS on, confined to the namespaces).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from peerd.localmesh import DaemonProcess
+from peerd.mesh.localmesh import DaemonProcess
 
 REPO = Path(__file__).resolve().parent.parent
 POLL_S = 0.25
@@ -38,7 +38,7 @@ class Daemon(DaemonProcess):
     id: str
     port: int
     address: str = "127.0.0.1"
-    netns: Any = None  # tests.transport.netns.NetnsHost when in a namespace
+    netns: Any = None  # tests.net.netns.NetnsHost when in a namespace
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0  # time.time() at Popen
     #: The [fleet] section of its config (admin key, fleet id, manifest path).
@@ -107,9 +107,9 @@ def make_fleet(root: Path, n: int, *, hosts: list[Any] | None = None) -> list[Da
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from peerd.protocol.identity import node_id_of, public_key_bytes
-    from peerd.protocol.keyfile import NODE_KEY_FILE, atomic_write, write_private_key
     from peerd.protocol.limits import FLEET_ID_LEN
     from peerd.protocol.manifest import Manifest, encode_manifest_file
+    from peerd.store.keyfile import NODE_KEY_FILE, atomic_write, write_private_key
 
     admin = Ed25519PrivateKey.generate()
     fleet_id = secrets.token_bytes(FLEET_ID_LEN)

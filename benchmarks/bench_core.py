@@ -23,7 +23,7 @@ from peerd.core.cache import merge
 from peerd.core.entry import CacheItem, EntryMeta, Schema
 from peerd.core.local_update import local_update, sample_batches
 from peerd.core.staleness import Clock
-from peerd.models import build_model, count_parameters
+from peerd.learn.models import build_model, count_parameters
 
 
 def bench_blend(params: int, models: int, repeat: int) -> dict[str, float]:

@@ -41,9 +41,9 @@ from typing import Any
 import torch
 
 from benchmarks._daemons import REPO, Daemon, make_fleet, running, vm_of, wait_for, write_config
-from peerd.framing import FramedStream
-from peerd.models import MLP
-from peerd.tasks import FLEET_INIT_SEED, TaskData
+from peerd.learn.models import MLP
+from peerd.learn.tasks import FLEET_INIT_SEED, TaskData
+from peerd.net.framing import FramedStream
 
 #: The daemon's task size, passed to :func:`bench_task` in the daemon's environment.
 PARAMS_ENV = "PEERD_BENCH_PARAMS"
@@ -232,7 +232,7 @@ def memory_report(r: dict[str, Any]) -> list[str]:
         f"torch baseline (the tiny-model daemon), which the goal does not budget for; the "
         f"rest, {(hwm - base - tiny_fixed) / size:.1f} × model size, is the model and "
         f"transients. Resident by design: the model only. The own entry, the C cached "
-        f"entries and x̄ while a round trains live in state files (`peerd.spool`: received "
+        f"entries and x̄ while a round trains live in state files (`peerd.store.spool`: received "
         f"frames are written to disk as they arrive, the own entry is signed into its file, "
         f"x̄ is spilled to an unlinked file), mapped read-only and read a tensor or a 4 MiB "
         f"piece at a time, each handed back to the kernel once read. Their bytes sit in the "
@@ -249,7 +249,7 @@ def memory_report(r: dict[str, Any]) -> list[str]:
 
 def bench_mesh(runs: int) -> dict[str, Any]:
     """``runs`` fresh two-namespace meshes, one after another."""
-    from tests.transport.netns import skip_reason
+    from tests.net.netns import skip_reason
 
     reason = skip_reason()
     if reason is not None:
@@ -258,7 +258,7 @@ def bench_mesh(runs: int) -> dict[str, Any]:
 
 
 def _mesh_once() -> dict[str, Any]:
-    from tests.transport.netns import netns_lan
+    from tests.net.netns import netns_lan
 
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="peerd-bench-")))
@@ -374,11 +374,11 @@ def breakdown_child(params: int, capacity: int) -> dict[str, Any]:
     """
     import trio
 
-    from peerd.config import load_config
-    from peerd.daemon import Daemon as PeerDaemon
-    from peerd.gossip import read_entry
-    from peerd.node import sign_own, verify
-    from peerd.protocol.keyfile import NODE_KEY_FILE, read_private_key
+    from peerd.daemon.config import load_config
+    from peerd.daemon.daemon import Daemon as PeerDaemon
+    from peerd.net.gossip import read_entry
+    from peerd.node.state import sign_own, verify
+    from peerd.store.keyfile import NODE_KEY_FILE, read_private_key
 
     steps: list[dict[str, Any]] = []
 
@@ -411,7 +411,7 @@ def breakdown_child(params: int, capacity: int) -> dict[str, Any]:
 
         def receive() -> None:
             for message in messages:
-                # The daemon's own receive path (peerd.gossip.read_entry: framing, spooled
+                # The daemon's own receive path (peerd.net.gossip.read_entry: framing, spooled
                 # to the state directory) fed in network-sized chunks, then its verify.
                 entry, frame = trio.run(read_entry, _ChunkFeed(message), 2**31, d.state.blobs)
                 v = verify(entry, fleet_id=d.node.fleet_id, manifest=d.node.manifest,

@@ -19,8 +19,8 @@ import torch
 
 from benchmarks._report import interleaved, machine, write_section
 from peerd.core.entry import flatten
-from peerd.data import load_dataset, partition
-from peerd.models import build_model, default_model_kind
+from peerd.learn.data import load_dataset, partition
+from peerd.learn.models import build_model, default_model_kind
 from peerd.sim.runner import SimConfig, run
 from peerd.sim.train import draw_batches, model_schema, train_batched, train_loop
 

@@ -6,14 +6,14 @@ Every case runs on a connection opened beforehand, and the cases alternate each 
 (median reported), so machine load hits all of them alike. Each time runs from the first
 byte written until the receiver has the whole frame (or has finished the session):
 
-* framed bytes: one frame of ``--mb`` MB over raw trio TCP, over peerd.transport in this
+* framed bytes: one frame of ``--mb`` MB over raw trio TCP, over peerd.net.transport in this
   process (sender and receiver share a core and the GIL), and to a child process (as
   between two daemons);
 * one real signed entry of ``--mb`` MB (``mb * 1e6 / 4`` float32 parameters) through
-  ``peerd.gossip.run_session`` between two ``NodeState``s: Hello, Digest, Want, the entry,
+  ``peerd.net.gossip.run_session`` between two ``NodeState``s: Hello, Digest, Want, the entry,
   signature + hash + schema + norm verification and the cache merge, over in-memory
   channels (no network), over raw TCP with peerd's framing (received into memory, and
-  spooled to a state directory as the daemon receives it), and over peerd.transport, in
+  spooled to a state directory as the daemon receives it), and over peerd.net.transport, in
   this process and between two daemons: B (its own libp2p host and ``NodeState``, the
   fleet's keys derived from a seed on its command line) runs in a child process and
   reports each session's cached entries on its stdout, which this process checks;
@@ -43,15 +43,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from benchmarks._report import machine, write_section
 from peerd.core.entry import Schema
 from peerd.core.validate import ValidationLimits
-from peerd.framing import AfterPart, FramedStream, FrameSink, TrioFramedStream
-from peerd.gossip import SessionContext, run_session
-from peerd.node import NodeState, sign_own, verify
+from peerd.net.framing import AfterPart, FramedStream, FrameSink, TrioFramedStream
+from peerd.net.gossip import SessionContext, run_session
+from peerd.net.transport import Stream, TransportConfig, open_transport, read_frame, write_frame
+from peerd.node.state import NodeState, sign_own, verify
 from peerd.protocol import messages as msg
 from peerd.protocol.identity import private_key_from_seed, public_key_bytes
 from peerd.protocol.manifest import Manifest
-from peerd.transport import Stream, TransportConfig, open_transport, read_frame, write_frame
 
-#: Raw TCP receive size, the same as peerd.framing's READ_CHUNK_LEN.
+#: Raw TCP receive size, the same as peerd.net.framing's READ_CHUNK_LEN.
 CHUNK = 1 << 20
 LOOPBACK = TransportConfig(listen_host="127.0.0.1")
 FLEET = bytes(range(16))
@@ -290,15 +290,15 @@ def _memory_pair() -> tuple[MemoryIO, MemoryIO]:
 
 ROWS = (
     ("raw_frame", "framed bytes, raw TCP (trio)"),
-    ("p2p_frame", "framed bytes, peerd.transport, one process"),
-    ("p2p2_frame", "framed bytes, peerd.transport, two processes"),
+    ("p2p_frame", "framed bytes, peerd.net.transport, one process"),
+    ("p2p2_frame", "framed bytes, peerd.net.transport, two processes"),
     ("raw_entry", "entry frame bytes, raw TCP (trio)"),
     ("verify", "entry: `verify` + `accept` only, no I/O"),
     ("mem_session", "entry: gossip session, in-memory channels"),
     ("tcp_session", "entry: gossip session, raw TCP + peerd framing"),
     ("spool_session", "entry: the same, spooled to a state directory as the daemon does"),
-    ("p2p_session", "entry: gossip session, peerd.transport, one process"),
-    ("p2p2_session", "entry: gossip session, peerd.transport, two processes"),
+    ("p2p_session", "entry: gossip session, peerd.net.transport, one process"),
+    ("p2p2_session", "entry: gossip session, peerd.net.transport, two processes"),
 )
 
 
@@ -330,7 +330,7 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
             cases[name] = _frame_case(functools.partial(raw_send, body),
                                       functools.partial(raw_tx.receive_some, 1))
 
-        # peerd.transport, both hosts in this process
+        # peerd.net.transport, both hosts in this process
         async def p2p_receiver(stream: Stream) -> None:
             while True:
                 await read_frame(stream, limit)
@@ -342,7 +342,7 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
         cases["p2p_frame"] = _frame_case(functools.partial(write_frame, s, payload),
                                          functools.partial(read_frame, s, 1))
 
-        # peerd.transport to a child process
+        # peerd.net.transport to a child process
         proc, _, child_id, child_port = await _spawn(nursery, "--serve", "--mb", str(mb))
         s2 = await nursery.start(_open_stream, a, child_id, [f"/ip4/127.0.0.1/tcp/{child_port}"])
         cases["p2p2_frame"] = _frame_case(functools.partial(write_frame, s2, payload),

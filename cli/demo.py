@@ -1,7 +1,7 @@
 """`peerd demo`: watch a live local mesh of real daemons learn.
 
 As root the daemons run in network namespaces on a private bridge and find each other by
-mDNS; otherwise on loopback with static peers (see :mod:`peerd.localmesh`). ``--in-process``
+mDNS; otherwise on loopback with static peers (see :mod:`peerd.mesh.localmesh`). ``--in-process``
 runs the same algorithm without processes or sockets, with an isolated baseline beside it.
 """
 
@@ -21,8 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from peerd.inproc import RoundReport
-    from peerd.localmesh import MeshNode
+    from peerd.mesh.inproc import RoundReport
+    from peerd.mesh.localmesh import MeshNode
 
 #: Daemons import torch, scikit-learn and libp2p before their first round: allow for it.
 STARTUP_TIMEOUT_S = 180.0
@@ -69,8 +69,8 @@ def _summary(nodes: list[MeshNode], statuses: list[dict[str, Any] | None]) -> di
 
 
 def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Console) -> None:
-    from peerd import netns
-    from peerd.localmesh import local_mesh
+    from peerd.mesh import netns
+    from peerd.mesh.localmesh import local_mesh
 
     why = netns.unavailable()
     console.print(f"starting {nodes} daemons " + (
@@ -114,7 +114,7 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
 
 
 def _run_inprocess(nodes: int, rounds: int, as_json: bool, console: Console) -> None:
-    from peerd.inproc import MeshConfig, run_mesh
+    from peerd.mesh.inproc import MeshConfig, run_mesh
 
     def table(report: RoundReport) -> Table:
         t = Table(title=f"peerd demo --in-process: round {report.round}/{rounds}")

@@ -19,7 +19,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import public_key_bytes, public_key_from_node_id
-from peerd.protocol.keyfile import KeyFileError, atomic_write, read_private_key, write_private_key
 from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
 from peerd.protocol.manifest import (
     MAX_MANIFEST_FILE_LEN,
@@ -28,6 +27,7 @@ from peerd.protocol.manifest import (
     encode_manifest_file,
     verify_manifest,
 )
+from peerd.store.keyfile import KeyFileError, atomic_write, read_private_key, write_private_key
 
 ADMIN_KEY_FILE = "admin.key"
 FLEET_FILE = "fleet.json"

@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from peerd.config import (
+from peerd.daemon.config import (
     DEFAULT_LISTEN_PORT,
     DEFAULT_SOCKET,
     DEFAULT_STATE_DIR,
@@ -26,9 +26,9 @@ from peerd.config import (
     loads_config,
 )
 from peerd.protocol.errors import ProtocolError
-from peerd.protocol.keyfile import atomic_write
 from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
 from peerd.protocol.manifest import MAX_MANIFEST_FILE_LEN, decode_manifest_file, verify_manifest
+from peerd.store.keyfile import atomic_write
 
 # The fleet directory's file names, as `peerd fleet init` (cli/fleet.py) writes them.
 FLEET_FILE = "fleet.json"

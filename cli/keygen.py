@@ -10,7 +10,7 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.protocol.identity import node_id_of
-from peerd.protocol.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key, write_private_key
+from peerd.store.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key, write_private_key
 
 
 def default_state_dir() -> Path:

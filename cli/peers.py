@@ -22,7 +22,7 @@ from peerd.cli.status import (
     fail,
     resolve_socket,
 )
-from peerd.control import DEFAULT_TIMEOUT_S, ControlError
+from peerd.control.server import DEFAULT_TIMEOUT_S, ControlError
 
 
 def _ago(now: float, stamp: Any) -> str:

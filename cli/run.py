@@ -22,11 +22,11 @@ def run(
 
     import trio
 
-    from peerd.config import ConfigError, load_config
-    from peerd.daemon import Daemon, DaemonError
-    from peerd.data import DataError
-    from peerd.state import StateError
-    from peerd.tasks import TaskError
+    from peerd.daemon.config import ConfigError, load_config
+    from peerd.daemon.daemon import Daemon, DaemonError
+    from peerd.learn.data import DataError
+    from peerd.learn.tasks import TaskError
+    from peerd.store.statedir import StateError
 
     try:
         cfg = load_config(config)

@@ -56,7 +56,7 @@ def sim(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from peerd.data import DataError
+    from peerd.learn.data import DataError
     from peerd.sim.output import summary_json, write_outputs
     from peerd.sim.runner import SimConfig, run
 

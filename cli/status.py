@@ -19,11 +19,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from peerd.config import DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, ConfigError, load_config
-from peerd.control import DEFAULT_TIMEOUT_S, ControlError, request
+from peerd.control.server import DEFAULT_TIMEOUT_S, ControlError, request
+from peerd.daemon.config import DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, ConfigError, load_config
 from peerd.protocol.identity import node_id_of
-from peerd.protocol.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key
-from peerd.state import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir, StateError
+from peerd.store.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key
+from peerd.store.statedir import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir, StateError
 
 EXIT_ERROR = 1
 #: Like `systemctl status` for an inactive unit: scripts can tell "down" from "broken".
@@ -162,7 +162,7 @@ def offline_status(state_dir: Path) -> dict[str, Any]:
 
 
 def _cache_index(state: StateDir) -> dict[str, Any]:
-    # Written by the daemon (peerd.persist); its absence or an odd shape only costs detail.
+    # Written by the daemon (peerd.store.persist); its absence or an odd shape only costs detail.
     raw = state.read_blob(CACHE_INDEX_BLOB)
     try:
         index = json.loads(raw) if raw is not None else {}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from peerd.netns import Host, unavailable
-from tests.transport.netns import netns_lan
+from peerd.mesh.netns import Host, unavailable
+from tests.net.netns import netns_lan
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

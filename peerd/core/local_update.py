@@ -95,7 +95,7 @@ def local_update(
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params: list[torch.Tensor] = [p for _, p in named]
     # x̄ for each parameter, fetched when its step runs rather than all up front: a mapping
-    # backed by a file (peerd.spool.PagedParams) then keeps one tensor of x̄ resident, not x̄.
+    # backed by a file (peerd.store.spool.PagedParams) then keeps one tensor of x̄ resident, not x̄.
     source: Mapping[str, torch.Tensor] | None
     if rho == 0:
         source = None  # no pull, no copy

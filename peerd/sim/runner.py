@@ -18,8 +18,8 @@ import torch
 
 from peerd.core.alpha import AlphaPolicy
 from peerd.core.entry import flatten
-from peerd.data import DATASETS, Dataset, check_partition_spec, load_dataset, partition
-from peerd.models import build_model, default_model_kind
+from peerd.learn.data import DATASETS, Dataset, check_partition_spec, load_dataset, partition
+from peerd.learn.models import build_model, default_model_kind
 from peerd.sim.algorithms import ALGORITHMS, CachedDFL, dfl_round, fedavg_round
 from peerd.sim.mobility import GridConfig, ManhattanMobility, contacts
 from peerd.sim.train import draw_batches, evaluate, model_schema, train_batched, train_loop

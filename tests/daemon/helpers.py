@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from peerd.control import ControlServer, StatusProvider
+from peerd.control.server import ControlServer, StatusProvider
 
 ADMIN_HEX = "11" * 32
 FLEET_HEX = "22" * 16

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from peerd.cli.init import render_config
-from peerd.config import (
+from peerd.core.alpha import AlphaPolicy
+from peerd.daemon.config import (
     DEFAULT_SOCKET,
     DEFAULT_STATE_DIR,
     Config,
@@ -17,7 +18,6 @@ from peerd.config import (
     load_config,
     loads_config,
 )
-from peerd.core.alpha import AlphaPolicy
 from tests.daemon.helpers import ADMIN_HEX, FLEET_HEX
 
 REPO = Path(__file__).resolve().parents[2]
@@ -196,8 +196,8 @@ def test_peer_byte_budget_fits_one_full_session_and_scales_with_the_round() -> N
     import torch
 
     from peerd.core.entry import Schema
-    from peerd.daemon import SESSION_CONTROL_BYTES, peer_byte_budget
-    from peerd.node import wire_schema
+    from peerd.daemon.daemon import SESSION_CONTROL_BYTES, peer_byte_budget
+    from peerd.node.state import wire_schema
     from peerd.protocol.admission import entry_frame_limit
 
     schema = Schema.of({"w": torch.zeros(1000, 10)})

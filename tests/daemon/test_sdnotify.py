@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from peerd import sdnotify
+from peerd.daemon import sdnotify
 
 #: Bound on waiting for a datagram that was sent synchronously: only a bug makes us wait.
 RECV_TIMEOUT_S = 2.0

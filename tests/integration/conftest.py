@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.topology import Topology, topology
-from tests.transport.netns import skip_reason
+from tests.net.netns import skip_reason
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """A test-only hostile peer: a real libp2p host with its own key that speaks peerd's session
-protocol (peerd/gossip.py) to a running daemon, and misbehaves on purpose.
+protocol (peerd/net/gossip.py) to a running daemon, and misbehaves on purpose.
 
 It always plays the initiator: Hello, (no manifest: it claims the daemon's manifest seq),
 Digest, Want, then its announced entries, then reads the daemon's (empty) announcement.
@@ -27,12 +27,12 @@ import torch
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from peerd.gossip import CAPABILITIES
-from peerd.node import sign_own
+from peerd.net.gossip import CAPABILITIES
+from peerd.net.transport import Stream, TransportConfig, TransportError, open_transport
+from peerd.node.state import sign_own
 from peerd.protocol import messages as msg
 from peerd.protocol.identity import node_id_of
 from peerd.protocol.limits import MAX_CONTROL_FRAME_LEN
-from peerd.transport import Stream, TransportConfig, TransportError, open_transport
 
 #: Each hostile session must end quickly: the daemon answers within one frame timeout.
 SESSION_TIMEOUT_S = 60.0

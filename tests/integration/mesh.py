@@ -2,7 +2,7 @@
 
 Each node gets its own state directory, key, control socket and config, all admitted to one
 test fleet. Nodes run either on loopback (static peers, mDNS off: safe anywhere) or inside
-network namespaces from ``tests.transport.netns`` (mDNS on, confined to the namespaces).
+network namespaces from ``tests.net.netns`` (mDNS on, confined to the namespaces).
 Processes are always terminated at teardown, also when the test fails.
 """
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from peerd.localmesh import DaemonProcess
-from tests.transport.netns import NetnsHost
+from peerd.mesh.localmesh import DaemonProcess
+from tests.net.netns import NetnsHost
 
 PEERD = [sys.executable, "-m", "peerd.cli"]
 #: Start-up imports torch, scikit-learn and libp2p: allow for a loaded 2-core CI machine.

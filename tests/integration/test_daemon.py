@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.mesh import Node, cached_origins, make_fleet, wait_for
-from tests.transport.netns import NetnsHost
+from tests.net.netns import NetnsHost
 
 
 @pytest.fixture

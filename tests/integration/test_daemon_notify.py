@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from peerd.localmesh import STOP_TIMEOUT_S
+from peerd.mesh.localmesh import STOP_TIMEOUT_S
 from tests.integration.mesh import STARTUP_TIMEOUT_S, Node, make_fleet
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from peerd.core.reasons import BENIGN
-from peerd.protocol.keyfile import NODE_KEY_FILE, read_private_key
-from peerd.tasks import load_task
+from peerd.learn.tasks import load_task
+from peerd.store.keyfile import NODE_KEY_FILE, read_private_key
 from tests.integration.hostile import Target, corrupt, hostile_peer, item_of, make_entry
 from tests.integration.mesh import (
     STARTUP_TIMEOUT_S,
@@ -35,7 +35,7 @@ from tests.integration.mesh import (
     write_overrides,
 )
 from tests.integration.topology import Topology
-from tests.transport.netns import NetnsHost
+from tests.net.netns import NetnsHost
 
 pytestmark = pytest.mark.integration
 

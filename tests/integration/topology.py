@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from tests.transport.netns import IP_CMD_TIMEOUT_S, NetnsHost
+from tests.net.netns import IP_CMD_TIMEOUT_S, NetnsHost
 
 
 def _ip(*args: str, check: bool = True) -> None:

@@ -7,7 +7,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.core.entry import Schema
 from peerd.core.validate import ValidationLimits
-from peerd.node import NodeState
+from peerd.node.state import NodeState
 from peerd.protocol.identity import private_key_from_seed, public_key_bytes
 from peerd.protocol.manifest import Manifest
 

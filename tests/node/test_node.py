@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from peerd.core.reasons import Reason
-from peerd.node import NodeState, sign_own, verify
+from peerd.node.state import NodeState, sign_own, verify
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
 from tests.node.fleet import FLEET, NOW, SCHEMA, key, manifest, model, node

@@ -21,7 +21,7 @@ from peerd.protocol.identity import (
     public_key_from_node_id,
     verify_signature,
 )
-from peerd.protocol.keyfile import (
+from peerd.store.keyfile import (
     KeyFileError,
     atomic_write,
     read_private_key,

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from peerd.core.entry import flatten
-from peerd.models import build_model
+from peerd.learn.models import build_model
 from peerd.sim.train import (
     draw_batches,
     evaluate,

@@ -1,0 +1,458 @@
+"""`peerd run`: the long-running node. Wires discovery, transport, gossip, training, state,
+the control socket and systemd together; every decision is delegated to a tested module.
+
+Task layout under one trio nursery:
+
+* the **round loop**: blend → K proximal steps → publish, in a worker thread, every
+  ``round_interval_s``; it continues when no peer is in reach;
+* the **gossip loop**: every few seconds (jittered) a session with each known peer that has
+  none running; inbound sessions are served by the transport's stream handler;
+* **discovery** (mDNS) and static peers feed the peer table; they are hints only — the
+  Noise handshake proves a peer's id and the manifest its membership;
+* the **control server** answers ``peerd status``/``peerd peers``.
+
+SIGTERM/SIGINT cancel the nursery: counters and state are already on disk (every write is
+atomic), discovery sends goodbye packets, the transport closes its host, the socket goes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import trio
+
+from peerd.control.metrics import StatusMetrics, start_metrics_server
+from peerd.control.server import ControlServer
+from peerd.core.drift import drift, should_publish
+from peerd.core.entry import CacheItem, Schema
+from peerd.core.staleness import StalenessMode
+from peerd.daemon import sdnotify
+from peerd.daemon.config import Config
+from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
+from peerd.learn.tasks import Task, load_task
+from peerd.learn.trainer import RoundInput, RoundOutput, drift_to, run_round
+from peerd.net.discovery import PeerHint, open_discovery
+from peerd.net.gossip import SessionContext, run_session
+from peerd.net.transport import Stream, TransportConfig, TransportError, open_transport
+from peerd.node.state import NodeState, wire_schema
+from peerd.protocol import messages as msg
+from peerd.protocol.admission import entry_frame_limit
+from peerd.protocol.errors import ProtocolError
+from peerd.protocol.limits import PROTOCOL_VERSION
+from peerd.protocol.manifest import Manifest, accept_manifest, decode_manifest_file
+from peerd.store import persist, spool
+from peerd.store.keyfile import NODE_KEY_FILE, read_private_key
+from peerd.store.statedir import Counters, StateDir
+
+log = logging.getLogger(__name__)
+
+#: Seconds between gossip sweeps over known peers (jittered ±50 % so meshes don't pulse).
+GOSSIP_INTERVAL_S = 3.0
+#: A whole session (hello to last entry) must finish within this; a stalled peer is cut off.
+SESSION_TIMEOUT_S = 300.0
+#: Peers unseen this long are dropped from the table (discovery re-adds live ones).
+PEER_FORGET_S = 600.0
+#: Hello, manifest, digests, wants and announcements of one session (each frame is capped at
+#: MAX_CONTROL_FRAME_LEN; in practice a few KB), budgeted on top of the entries.
+SESSION_CONTROL_BYTES = 1024 * 1024
+
+
+def peer_byte_budget(cfg: Config, schema: Schema) -> tuple[float, int]:
+    """(bytes/s, burst) each peer may move in each direction.
+
+    The burst is one complete session: C + 1 entries of the largest size this schema allows,
+    plus control frames, so an honest exchange is never cut off. The automatic rate is twice
+    what an honest peer can need, that whole session once per round interval.
+    """
+    session = ((cfg.learning.capacity + 1) * entry_frame_limit(wire_schema(schema))
+               + SESSION_CONTROL_BYTES)
+    if cfg.network.peer_bytes_per_s is not None:
+        return float(cfg.network.peer_bytes_per_s), session
+    return 2.0 * session / cfg.learning.round_interval_s, session
+
+
+#: The seq of the empty manifest a node without one starts from: every real manifest
+#: (``peerd fleet init`` signs seq 1) is newer.
+PLACEHOLDER_SEQ = 0
+
+
+class DaemonError(RuntimeError):
+    """Start-up cannot proceed (missing key, bad manifest…); the message says how to fix it."""
+
+
+@dataclass
+class Peer:
+    id: str
+    addrs: list[str]
+    last_seen: float
+    source: str  # "mdns" | "static" | "inbound"
+    in_session: bool = False
+    sessions: int = 0
+    last_error: str | None = None
+
+
+@dataclass
+class Metrics:
+    round: int = 0
+    version: int = 0
+    examples: int = 0
+    train_loss: float = math.nan
+    val_loss: float = math.nan
+    val_accuracy: float | None = None
+    alpha: dict[str, float] = field(default_factory=dict)
+    drift: dict[str, float] = field(default_factory=dict)
+    published_params: Mapping[str, torch.Tensor] | None = None
+
+
+def _load_manifest(
+    cfg: Config, state: StateDir
+) -> tuple[Manifest, msg.ManifestMessage | None]:
+    """The configured manifest file, or a newer one adopted from peers earlier.
+
+    With no ``[fleet] manifest`` and none adopted yet, the node starts with an empty
+    placeholder (seq 0, no members): the first peer it meets sends the fleet's manifest,
+    which is adopted only if the admin key signed it. Until then every entry is refused as
+    ``not_member``, so nothing unverified is learned in the meantime.
+    """
+    admin, fleet = cfg.fleet.admin_public_key, cfg.fleet.fleet_id
+    best: tuple[Manifest, msg.ManifestMessage] | None = None
+    sources: list[tuple[str, bytes | None]] = [("state", persist.load_manifest(state))]
+    if cfg.fleet.manifest is not None:
+        try:
+            sources.append((str(cfg.fleet.manifest), cfg.fleet.manifest.read_bytes()))
+        except OSError as exc:
+            raise DaemonError(f"cannot read manifest {cfg.fleet.manifest}: {exc.strerror}"
+                              ) from exc
+    for name, data in sources:
+        if data is None:
+            continue
+        try:
+            envelope = decode_manifest_file(data)
+            manifest = accept_manifest(best[0] if best else None, envelope, admin, fleet)
+            best = (manifest, msg.ManifestMessage(envelope))
+        except ProtocolError as exc:
+            log.warning("manifest from %s not used: %s", name, exc)
+    if best is None:
+        if cfg.fleet.manifest is not None:
+            raise DaemonError(f"no valid fleet manifest in {cfg.fleet.manifest}: use the file "
+                              "written by `peerd fleet init/admit` (signed by the fleet's "
+                              "admin key)")
+        log.warning("no fleet manifest yet ([fleet] manifest is unset): learning it from the "
+                    "first peer met; entries are refused until then")
+        return Manifest(fleet, PLACEHOLDER_SEQ), None
+    return best
+
+
+class Daemon:
+    def __init__(self, cfg: Config, *, clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.now = clock
+        self.state = StateDir(cfg.node.state_dir)
+        key_path = cfg.node.state_dir / NODE_KEY_FILE
+        if not key_path.exists():
+            raise DaemonError(f"no identity key at {key_path}: create one with "
+                              f"`peerd keygen --state-dir {cfg.node.state_dir}`")
+        self.key = read_private_key(key_path)
+        manifest, envelope = _load_manifest(cfg, self.state)
+        torch.set_num_threads(cfg.node.torch_threads)
+        if cfg.node.lean_memory:
+            pin_mmap_threshold()
+        t = cfg.task
+        self.task: Task = load_task(t.name, partition_spec=t.partition, node_index=t.node_index,
+                                    node_count=t.node_count, seed=t.seed, csv_glob=t.csv_glob,
+                                    csv_label=t.csv_label, csv_features=t.csv_features,
+                                    csv_kind=t.csv_kind)
+        self.model = self.task.model()
+        learning = cfg.learning
+        self.node = NodeState(
+            key=self.key, fleet_id=cfg.fleet.fleet_id, manifest=manifest,
+            schema=Schema.of(self.model.state_dict()), limits=cfg.validation.limits(),
+            tau_max=learning.tau_max, capacity=learning.capacity,
+            mode=StalenessMode(learning.staleness),
+            manifest_envelope=None if envelope is None else envelope.envelope,
+        )
+        self.metrics = Metrics()
+        self.peers: dict[str, Peer] = {}
+        self._written: set[str] = set()
+        self._persist_lock = threading.Lock()
+        self._wake_gossip = trio.Event()
+        self.listen_addrs: list[str] = []
+        self.ready = trio.Event()
+        self._metrics: StatusMetrics | None = None
+        self._receive_slots = trio.Semaphore(cfg.network.max_concurrent_receives)
+        #: The model equals the published entry's tensors bit for bit (see RoundInput).
+        self._model_is_published = False
+        self._restore()
+
+    # ------------------------------------------------------------------ state
+    def _restore(self) -> None:
+        counters = self.state.load_counters()
+        restored = persist.restore(self.state, self.node, now=self.now())
+        own = self.node.own
+        version = counters.version
+        if own is not None:
+            version = max(version, own.entry.meta.version)
+            self.model.load_state_dict({k: v.clone() for k, v in own.entry.params.items()})
+            self.metrics.published_params = own.entry.params
+            self._model_is_published = True
+            own.release()
+        if counters.lost:
+            log.error("counters were corrupt; resuming after the highest version found")
+        self.node.round = counters.round
+        self.metrics.round, self.metrics.version = counters.round, version
+        self._written = {f"{i.meta.origin}@{i.meta.version}" for i in self.node.cache}
+        log.info("node %s: round %d, version %d, own entry %s, %d cached entries restored "
+                 "(%d refused)", self.node.id, counters.round, version,
+                 "restored" if restored.own else "none", restored.cached, restored.refused)
+        self.state.audit("start", node=self.node.id, round=counters.round, version=version,
+                         cached=restored.cached, refused=restored.refused)
+
+    def _persist(self) -> None:
+        """Runs in a worker thread: cache entries not yet on disk and the index. One at a
+        time: sessions that end together each call this from their own thread."""
+        with self._persist_lock:
+            self._written = persist.save_cache(self.state, self.node, self._written)
+
+    # ------------------------------------------------------------------ rounds
+    async def _round(self) -> None:
+        node, learning = self.node, self.cfg.learning
+        now = self.now()
+        for item in node.expire(now):
+            self.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
+        clock = node.clock(now)
+        seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
+        # The round gets metadata plus a list of entries it consumes (see RoundInput.peers):
+        # nothing here keeps a reference that would pin a superseded entry during training.
+        meta_only = tuple(CacheItem(i.meta, i.received_from, i.received_at, verified=i.verified)
+                          for i in node.cache)
+        inp = RoundInput(own_id=node.id, cache=meta_only, peers=node.blend_inputs(), clock=clock,
+                         policy=learning.alpha_policy, steps=learning.local_steps,
+                         batch_size=learning.batch_size, lr=learning.lr, rho=learning.rho,
+                         seed=seed,
+                         published=self.metrics.published_params if self._model_is_published
+                         else None,
+                         keep_anchor=lambda x: spool.spill(x, self.state.blobs))
+        self._model_is_published = False  # the round trains the model in place
+        out: RoundOutput = await trio.to_thread.run_sync(run_round, self.model, self.task, inp)
+        m = self.metrics
+        m.examples, m.train_loss, m.val_loss = out.examples, out.train_loss, out.val_loss
+        m.val_accuracy, m.alpha = out.val_accuracy, out.alpha
+        # Drifts off the event loop (each reads whole models): to what the cache holds now
+        # (entries may have been replaced meanwhile), and since the last published entry.
+        cached, published = node.blend_inputs(), m.published_params
+
+        def drifts() -> tuple[dict[str, float], float]:
+            try:
+                return (drift_to(out.params, cached),
+                        math.inf if published is None else drift(out.params, published))
+            finally:
+                node.release()  # the round and the drifts read every entry; let them go
+
+        m.drift, moved = await trio.to_thread.run_sync(drifts)
+        node.round += 1
+        if should_publish(moved, learning.epsilon):
+            # Never reuse a version: skip past anything of ours a peer relayed back, and
+            # persist the counter before the entry can leave this process.
+            version = max(m.version, node.own_max_version_seen) + 1
+            self.state.save_counters(Counters(round=node.round, version=version))
+            # Signed straight into its state file (persist.publish_own): no payload copy.
+            held = await trio.to_thread.run_sync(
+                lambda: persist.publish_own(self.state, node, params=out.params,
+                                            version=version, created_at=self.now(),
+                                            num_examples=out.examples))
+            node.set_own(held.entry, held.message, held.frame)
+            # The entry's tensors: the last published model is kept once (on disk when
+            # mapped), not a second time in memory.
+            m.version, m.published_params = version, held.entry.params
+            self._model_is_published = True  # signed from the model's own tensors
+            self._wake_gossip.set()
+        else:
+            self.state.save_counters(Counters(round=node.round, version=m.version))
+        m.round = node.round
+        acc = "-" if m.val_accuracy is None else f"{m.val_accuracy:.3f}"
+        log.info("round %d: version %d, loss %.4f, val acc %s, cache %d", node.round, m.version,
+                 m.train_loss, acc, len(node.cache))
+        release_freed_memory()
+        if self._metrics is not None:
+            self._metrics.update(self.status())
+        sdnotify.status(f"round {node.round}, version {m.version}, {len(node.cache)} cached, "
+                        f"{len(self.peers)} peers")
+
+    async def _round_loop(self) -> None:
+        interval = self.cfg.learning.round_interval_s
+        while True:
+            started = trio.current_time()
+            try:
+                await self._round()
+            except (OSError, ValueError, RuntimeError) as exc:
+                # A bad CSV row set, a full disk: log, keep the node alive, retry next round.
+                log.error("round failed: %s", exc)
+                self.state.audit("round_failed", error=str(exc)[:500])
+            await trio.sleep(max(0.0, interval - (trio.current_time() - started)))
+
+    # ------------------------------------------------------------------ gossip
+    def _session_ctx(self) -> SessionContext:
+        def adopted(m: msg.ManifestMessage) -> None:
+            persist.save_manifest(self.state, m)
+            self.state.audit("manifest", seq=self.node.manifest.seq)
+
+        return SessionContext(admin_key=self.cfg.fleet.admin_public_key, now=self.now,
+                              on_manifest=adopted,
+                              receive_slots=self._receive_slots,
+                              spool_dir=self.state.blobs)
+
+    async def _session(self, stream: Stream, peer_id: str, initiator: bool) -> None:
+        peer = self.peers.setdefault(peer_id, Peer(peer_id, [], self.now(), "inbound"))
+        peer.in_session = True
+        try:
+            with trio.move_on_after(SESSION_TIMEOUT_S) as scope:
+                result = await run_session(stream, self.node, self._session_ctx(),
+                                           peer_id=peer_id, initiator=initiator)
+            if scope.cancelled_caught:
+                peer.last_error = "session timed out"
+                return
+            peer.sessions += 1
+            peer.last_seen = self.now()
+            peer.last_error = ", ".join(result.refused) or None
+            self.node.release()  # pages the sends and verifications read
+            if result.received:
+                await trio.to_thread.run_sync(self._persist)
+                release_freed_memory()  # verification's temporaries, frames of refused entries
+                log.info("received %d entries from %s", result.received, peer_id[-8:])
+            for reason, n in result.refused.items():
+                self.state.audit("refused", peer=peer_id, reason=reason, count=n)
+        finally:
+            peer.in_session = False
+
+    async def _inbound(self, stream: Stream) -> None:
+        await self._session(stream, stream.peer_id, initiator=False)
+
+    async def _dial(self, transport: Any, peer: Peer) -> None:
+        try:
+            async with transport.open_stream(peer.id, peer.addrs) as stream:
+                await self._session(stream, peer.id, initiator=True)
+        except (TransportError, OSError) as exc:
+            peer.last_error = str(exc)[:200]
+            log.debug("gossip with %s failed: %s", peer.id[-8:], exc)
+
+    async def _gossip_loop(self, transport: Any, nursery: trio.Nursery) -> None:
+        while True:
+            now = self.now()
+            for peer in list(self.peers.values()):
+                if now - peer.last_seen > PEER_FORGET_S and peer.source != "static":
+                    del self.peers[peer.id]
+                elif not peer.in_session and peer.addrs:
+                    peer.in_session = True  # reserved until _session takes over
+                    nursery.start_soon(self._dial_and_release, transport, peer)
+            with trio.move_on_after(GOSSIP_INTERVAL_S * random.uniform(0.5, 1.5)):
+                await self._wake_gossip.wait()
+            self._wake_gossip = trio.Event()
+
+    async def _dial_and_release(self, transport: Any, peer: Peer) -> None:
+        try:
+            await self._dial(transport, peer)
+        finally:
+            peer.in_session = False
+
+    def _on_peer(self, hint: PeerHint) -> None:
+        if hint.node_id == self.node.id:
+            return
+        peer = self.peers.get(hint.node_id)
+        if peer is None:
+            self.peers[hint.node_id] = Peer(hint.node_id, hint.multiaddrs, self.now(), "mdns")
+            log.info("discovered %s at %s", hint.node_id[-8:], ", ".join(hint.multiaddrs))
+            self._wake_gossip.set()
+        else:
+            peer.addrs, peer.last_seen = hint.multiaddrs, self.now()
+            if peer.source == "inbound":  # it dialled us first; now we know where it lives
+                peer.source = "mdns"
+
+    def _add_static_peers(self) -> None:
+        for addr in self.cfg.network.static_peers:
+            head, _, peer_id = addr.rpartition("/p2p/")
+            if not peer_id or peer_id == self.node.id:
+                continue
+            self.peers[peer_id] = Peer(peer_id, [head], self.now(), "static")
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> None:
+        cfg = self.cfg
+        stop_metrics = None
+        if cfg.network.metrics_listen:
+            self._metrics = StatusMetrics()
+            port, stop_metrics = start_metrics_server(cfg.network.metrics_listen, self._metrics)
+            log.info("metrics on %s (port %d)", cfg.network.metrics_listen, port)
+        try:
+            await self._run()
+        finally:
+            if stop_metrics is not None:
+                stop_metrics()
+
+    async def _run(self) -> None:
+        cfg = self.cfg
+        rate, burst = peer_byte_budget(cfg, self.node.schema)
+        tcfg = TransportConfig(listen_host=cfg.network.listen_host,
+                               listen_port=cfg.network.listen_port,
+                               peer_bytes_per_s=rate, peer_burst_bytes=burst)
+        log.info("per-peer byte budget: %.1f MB/s sustained, %.1f MB burst, each direction",
+                 rate / 1e6, burst / 1e6)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._signals, nursery.cancel_scope)
+            async with open_transport(self.key, self._inbound, tcfg) as transport:
+                self.transport = transport
+                self.listen_addrs = list(transport.listen_addrs)
+                log.info("listening on %s as %s", ", ".join(self.listen_addrs), self.node.id)
+                server = await ControlServer.open(cfg.node.socket, self.status,
+                                                  group=cfg.node.socket_group)
+                nursery.start_soon(server.serve)
+                self._add_static_peers()
+                if cfg.network.mdns:
+                    interfaces = list(cfg.network.mdns_interfaces) or None
+                    async with open_discovery(
+                        node_id=self.node.id, fleet_id=cfg.fleet.fleet_id.hex(),
+                        port=transport.port, on_peer=self._on_peer,
+                        protocol_version=PROTOCOL_VERSION, interfaces=interfaces,
+                    ):
+                        await self._serve(transport)
+                else:
+                    await self._serve(transport)
+
+    async def _serve(self, transport: Any) -> None:
+        async with trio.open_nursery() as inner:
+            inner.start_soon(self._round_loop)
+            inner.start_soon(self._gossip_loop, transport, inner)
+            self.ready.set()
+            sdnotify.ready()
+            self.state.audit("ready", addrs=self.listen_addrs)
+
+    async def _signals(self, scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s: shutting down", signal.Signals(signum).name)
+                sdnotify.stopping()
+                scope.cancel()
+                return
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> dict[str, Any]:
+        from peerd.control.status import build_status
+
+        return build_status(self)
+
+
+def run_daemon(config_path: Path) -> None:
+    from peerd.daemon.config import load_config
+
+    cfg = load_config(config_path)
+    trio.run(Daemon(cfg).run)

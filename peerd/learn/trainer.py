@@ -1,0 +1,139 @@
+"""The train/blend round of a daemon: blend the cache into x̄, K proximal steps, evaluate.
+
+Runs in a worker thread (``trio.to_thread``): the network never waits for training and
+training never waits for the network. It reads an immutable snapshot of the cache taken on
+the event-loop thread and returns the new parameters; it never touches ``NodeState``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from peerd.core.alpha import AlphaPolicy
+from peerd.core.blend import blend_into
+from peerd.core.drift import drift
+from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
+from peerd.core.local_update import LossName, local_update
+from peerd.core.plan import blend_plan
+from peerd.core.staleness import Clock
+from peerd.learn.tasks import Task
+
+
+@dataclass(frozen=True, slots=True)
+class RoundInput:
+    own_id: str
+    cache: tuple[CacheItem, ...]  # metadata only (payloads dropped): what α is computed from
+    #: The cache's entries, same order. Consumed: run_round empties the list once they are
+    #: blended, so an entry the cache replaces while this round trains can be freed at once
+    #: instead of being pinned (C superseded models in the worst case) until the round ends.
+    peers: list[Entry]
+    clock: Clock
+    policy: AlphaPolicy
+    steps: int
+    batch_size: int
+    lr: float
+    rho: float
+    seed: int  # per-round batch order: derived from the node id and round by the caller
+    #: The own published entry's tensors when the model still equals them exactly (it was
+    #: published after the last round, or restored from it). In a round without peers they
+    #: are x̄ itself, so x̄ needs no copy of its own; None = the model moved since.
+    published: Mapping[str, torch.Tensor] | None = None
+    #: Keeps a copy of x̄ when there is no published one to use and returns it (the daemon's:
+    #: ``peerd.store.spool.spill``, a file-backed copy that is not a second resident model).
+    #: None: local_update clones x̄ in memory.
+    keep_anchor: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoundOutput:
+    #: The trained model's own tensors (views, not copies: a model's worth of memory saved
+    #: each round). Valid until the model trains again; the daemon signs them before that.
+    params: dict[str, torch.Tensor]
+    alpha: dict[str, float]  # origin -> α used in this round's blend (own included)
+    examples: int
+    train_loss: float
+    val_loss: float
+    val_accuracy: float | None  # None for regression
+
+
+#: Rows per forward pass when evaluating, unless the caller passes its training batch size
+#: (the daemon does): activations scale with rows × layer width, and a held-out set pushed
+#: through a wide layer in one pass would otherwise be the round's largest allocation.
+EVAL_BATCH = 256
+
+
+def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, loss: LossName,
+             batch_size: int = EVAL_BATCH) -> tuple[float, float | None]:
+    """Validation loss and (classification) accuracy, without touching gradients."""
+    if len(X) == 0:
+        return math.nan, None
+    model.eval()
+    total_loss, correct = 0.0, 0
+    with torch.no_grad():
+        for lo in range(0, len(X), batch_size):
+            xb, yb = X[lo:lo + batch_size], y[lo:lo + batch_size]
+            out = model(xb)
+            if loss == "cross_entropy":
+                total_loss += float(nn.functional.cross_entropy(out, yb, reduction="sum"))
+                correct += int((out.argmax(dim=1) == yb).sum())
+            else:
+                pred = out.squeeze(-1) if out.dim() == yb.dim() + 1 else out
+                total_loss += float(nn.functional.mse_loss(pred, yb, reduction="sum"))
+    n = len(X)
+    if loss == "cross_entropy":
+        return total_loss / n, correct / n
+    return total_loss / y.numel(), None
+
+
+def drift_to(params: Mapping[str, torch.Tensor], entries: Sequence[Entry]) -> dict[str, float]:
+    """§3.10: how far each cached peer model is from ``params`` (the trained model).
+
+    Each entry's tensors are passed as they are (not copied into a dict): a mapped entry's
+    :class:`peerd.store.spool.PagedParams` then lets each tensor's pages go as the next is read.
+    """
+    return {e.meta.origin: drift(params, e.params) for e in entries}
+
+
+def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
+    """One round: x̄ = blend(own, cache); K proximal steps from x̄; evaluate."""
+    data = task.data()  # re-read every round: local data may have grown
+    n = len(data.y_train)
+    own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
+    alphas: dict[str, float] = {inp.own_id: 1.0}
+    # x̄ for the proximal term. Without peers it is the model as published (no copy); with
+    # peers, one copy of the blend (kept by ``keep_anchor``, else cloned by local_update).
+    # Keeping x̄ as the blend's inputs instead would pin every blended entry through
+    # training, and in a busy mesh the cache replaces them meanwhile: up to C superseded
+    # models held where one copy would do.
+    anchor: Mapping[str, torch.Tensor] | None = inp.published
+    if inp.peers:
+        # Only the example count and age matter to α; the digest is never looked at here,
+        # so the (44 MB) model is not hashed for it.
+        own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id, n, "")
+        origins, weights = blend_plan(own_meta, inp.cache, inp.clock, inp.policy)
+        members: Sequence[Mapping[str, torch.Tensor]] = [own_params,
+                                                         *(e.params for e in inp.peers)]
+        # In place, block by block: no stacked copy of the C + 1 models, no result copy.
+        blend_into(own_params, members, weights)
+        alphas = dict(zip(origins, (float(w) for w in weights), strict=True))
+        del members
+        inp.peers.clear()  # see RoundInput.peers
+        anchor = None
+    if anchor is None and inp.keep_anchor is not None and inp.rho > 0:
+        anchor = inp.keep_anchor(own_params)
+    result = local_update(model, data.X_train, data.y_train, steps=inp.steps,
+                          batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=task.loss,
+                          generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)
+    # Evaluated in training-sized batches: no activation buffer larger than a step's.
+    val_loss, acc = evaluate(model, data.X_val, data.y_val, task.loss, batch_size=inp.batch_size)
+    trained = {k: v.detach() for k, v in model.state_dict().items()}
+    return RoundOutput(
+        params=trained,
+        alpha=alphas, examples=n, train_loss=result.mean_loss,
+        val_loss=val_loss, val_accuracy=acc,
+    )

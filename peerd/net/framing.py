@@ -1,0 +1,244 @@
+"""Length-prefixed frames over any byte stream, with a deadline on every frame.
+
+This module knows nothing about libp2p: :mod:`peerd.net.transport` subclasses
+:class:`FramedStream` for its libp2p streams (and re-exports everything here, so callers
+keep importing from ``peerd.net.transport``). Keeping the framing apart lets it be tested
+and benchmarked over any stream, e.g. raw TCP, with the exact same code path.
+
+A frame is a 4-byte big-endian length followed by that many bytes, the same format as
+``peerd.protocol.frames``. The length is checked against the caller's limit before any of
+the body is read, and the body is read in bounded chunks, so memory grows only with the
+bytes that actually arrive.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import trio
+
+#: Waiting for a frame to *start* (header bytes); bounds an idle peer holding a stream.
+READ_TIMEOUT_S = 30.0
+#: Waiting to push the first bytes of a frame; bounds a peer that never opens its window.
+WRITE_TIMEOUT_S = 30.0
+#: Slowest sustained rate we tolerate for a frame body; with the base timeout above it
+#: gives each frame a deadline of base + len / rate, which defeats a trickling (slowloris)
+#: peer without failing a 44 MB entry on a slow Wi-Fi link (44 MB at 256 KiB/s ~ 170 s).
+MIN_TRANSFER_RATE_BPS = 256 * 1024
+#: Largest single read from the stream; memory for a frame grows only with bytes received.
+READ_CHUNK_LEN = 1024 * 1024
+#: Frames above this are received into their own anonymous mmap (see read_exactly).
+LARGE_FRAME_LEN = READ_CHUNK_LEN
+#: The 4-byte big-endian length prefix cannot express more than this.
+MAX_FRAME_LEN = 2**32 - 1
+
+_HEADER = struct.Struct(">I")
+
+
+class TransportError(Exception):
+    """Any failure on the wire; the caller drops the stream/peer and carries on."""
+
+
+class TransportTimeoutError(TransportError):
+    """A network await ran past its deadline."""
+
+
+class StreamClosedError(TransportError):
+    """The remote closed (EOF) or reset the stream."""
+
+
+class FrameTooLargeError(TransportError):
+    """A length prefix exceeded the caller's limit; the body was not read."""
+
+    def __init__(self, length: int, max_len: int) -> None:
+        super().__init__(f"frame of {length} bytes exceeds limit {max_len}")
+        self.length = length
+        self.max_len = max_len
+
+
+class FrameSink(Protocol):
+    """Where a frame body goes instead of memory (``peerd.store.spool.SpoolWriter``: a file)."""
+
+    def begin(self, length: int) -> None: ...
+
+    def write(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    def finish(self) -> memoryview: ...
+
+    def abort(self) -> None: ...
+
+
+class MemorySink:
+    """A frame body in its own anonymous ``mmap`` of exactly its length: pages are committed
+    only as bytes land in them, and all of it goes back to the OS with the last view."""
+
+    def __init__(self) -> None:
+        self._buf: mmap.mmap | None = None
+        self._filled = 0
+
+    def begin(self, length: int) -> None:
+        self._buf = mmap.mmap(-1, max(1, length))
+        self._length, self._filled = length, 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        assert self._buf is not None
+        end = self._filled + len(data)
+        if end > self._length:
+            raise ValueError("more bytes than the frame announced")
+        self._buf[self._filled : end] = data
+        self._filled = end
+
+    def finish(self) -> memoryview:
+        assert self._buf is not None
+        return memoryview(self._buf)[: self._length]
+
+    def abort(self) -> None:
+        self._buf = None
+
+
+#: Called with each part's index once that part of a frame has been written.
+AfterPart = Callable[[int], None]
+
+
+class FramedStream(ABC):
+    """A byte stream to one peer, plus framed I/O on top of it.
+
+    Subclasses supply :meth:`read_some` and :meth:`write` (translating their library's
+    errors into :class:`TransportError`); :meth:`send` / :meth:`recv` implement the gossip
+    layer's ``FrameIO`` protocol (``peerd.net.gossip``): one frame per call.
+    """
+
+    #: Who is on the other end (for logs and errors); the transport sets the proven id.
+    peer_id: str
+
+    @abstractmethod
+    async def read_some(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` (at least 1); raises :class:`StreamClosedError` at EOF."""
+
+    @abstractmethod
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write all of ``data``; no deadline of its own, callers set one."""
+
+    async def read_exactly(
+        self, n: int, sink: FrameSink | None = None
+    ) -> bytearray | memoryview:
+        """Exactly ``n`` bytes; memory grows with what arrives, not with ``n``.
+
+        A large frame goes into an anonymous ``mmap`` of exactly ``n`` bytes: its pages are
+        committed only as bytes land in them (a peer that announces 44 MB and stalls costs
+        what it sent), nothing is copied twice, and the whole buffer goes back to the OS the
+        moment the last view of it is dropped. Joining a list of chunks instead held the
+        frame twice at its peak, and a growing heap buffer left model-sized holes behind.
+        With a ``sink`` the bytes go there chunk by chunk (to disk) and the sink's buffer is
+        returned; it is aborted if the frame does not complete.
+        """
+        if n <= LARGE_FRAME_LEN and sink is None:
+            buf = bytearray()
+            while len(buf) < n:
+                buf += await self.read_some(n - len(buf))
+            return buf
+        sink = sink or MemorySink()
+        sink.begin(n)
+        try:
+            filled = 0
+            while filled < n:
+                chunk = await self.read_some(min(n - filled, READ_CHUNK_LEN))
+                sink.write(chunk)
+                filled += len(chunk)
+            return sink.finish()
+        except BaseException:
+            sink.abort()
+            raise
+
+    async def send(
+        self, parts: Sequence[bytes | bytearray | memoryview], after_part: AfterPart | None = None
+    ) -> None:
+        await write_frame_parts(self, parts, after_part=after_part)
+
+    async def recv(self, max_len: int, sink: FrameSink | None = None) -> bytearray | memoryview:
+        return await read_frame(self, max_len, sink=sink)
+
+
+class TrioFramedStream(FramedStream):
+    """peerd's framing over any trio byte stream (raw TCP, in-memory pairs): no libp2p."""
+
+    def __init__(self, stream: trio.abc.Stream, peer_id: str) -> None:
+        self._s = stream
+        self.peer_id = peer_id
+
+    async def read_some(self, max_bytes: int) -> bytes:
+        data = await self._s.receive_some(max_bytes)
+        if not data:
+            raise StreamClosedError("EOF")
+        return bytes(data)
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        await self._s.send_all(memoryview(data))
+
+
+def _frame_deadline(base_s: float, length: int) -> float:
+    return base_s + length / MIN_TRANSFER_RATE_BPS
+
+
+async def read_frame(
+    stream: FramedStream, max_len: int, *, timeout_s: float = READ_TIMEOUT_S,
+    sink: FrameSink | None = None,
+) -> bytearray | memoryview:
+    """Read one length-prefixed frame.
+
+    The length is checked against ``max_len`` before any of the body is read or allocated;
+    an oversize prefix raises :class:`FrameTooLargeError` and the caller must reset the stream
+    (it is desynchronised). The header waits at most ``timeout_s``; the body gets
+    ``timeout_s + len / MIN_TRANSFER_RATE_BPS``. The body goes to ``sink`` if one is given.
+    """
+    if not 0 <= max_len <= MAX_FRAME_LEN:
+        raise ValueError(f"max_len {max_len} out of range")
+    try:
+        with trio.fail_after(timeout_s):
+            header = await stream.read_exactly(_HEADER.size)
+        (length,) = _HEADER.unpack(header)
+        if length > max_len:
+            raise FrameTooLargeError(length, max_len)
+        with trio.fail_after(_frame_deadline(timeout_s, length)):
+            return await stream.read_exactly(length, sink)
+    except trio.TooSlowError as e:
+        raise TransportTimeoutError(f"read from {stream.peer_id} timed out") from e
+
+
+async def write_frame(
+    stream: FramedStream,
+    payload: bytes | bytearray | memoryview,
+    *,
+    timeout_s: float = WRITE_TIMEOUT_S,
+) -> None:
+    """Write one length-prefixed frame within ``timeout_s + len / MIN_TRANSFER_RATE_BPS``."""
+    await write_frame_parts(stream, [payload], timeout_s=timeout_s)
+
+
+async def write_frame_parts(
+    stream: FramedStream,
+    parts: Sequence[bytes | bytearray | memoryview],
+    *,
+    timeout_s: float = WRITE_TIMEOUT_S,
+    after_part: AfterPart | None = None,
+) -> None:
+    """One frame whose body is ``parts`` in order, written without joining them first;
+    ``after_part(i)`` runs once part ``i`` is written (the sender may release its pages)."""
+    length = sum(len(p) for p in parts)
+    if length > MAX_FRAME_LEN:
+        raise ValueError(f"payload of {length} bytes cannot be framed")
+    try:
+        with trio.fail_after(_frame_deadline(timeout_s, length)):
+            # Separate writes: concatenating header + parts would copy a 44 MB entry.
+            await stream.write(_HEADER.pack(length))
+            for i, part in enumerate(parts):
+                if len(part):
+                    await stream.write(part)
+                if after_part is not None:
+                    after_part(i)
+    except trio.TooSlowError as e:
+        raise TransportTimeoutError(f"write to {stream.peer_id} timed out") from e

@@ -1,0 +1,542 @@
+"""The libp2p shell: one host (TCP + Noise + Yamux, Ed25519 identity) behind a small trio API.
+
+Everything libp2p lives in this module, so the gossip layer sees only peer-id strings,
+multiaddr strings, :class:`Stream` objects and :class:`TransportError`. The libp2p-free
+parts, :mod:`peerd.net.framing` and :mod:`peerd.net.transport_config`, are re-exported from here.
+The mends for the py-libp2p 0.8.1 defects listed in ``shared/README.md`` are applied here:
+
+1. the inbound connection cap counts connections over the host's *lifetime* (a slot is
+   held until the swarm ends), so it is raised far above anything a LAN node will see;
+2. leaving ``host.run()`` closes nothing, so :func:`open_transport` closes the host itself;
+3. an exception in a stream handler kills the host, so every handler is wrapped and a
+   failure resets only its own stream;
+4. the dialler sleeps a fixed 250 ms "happy eyeballs" head start even when it has a single
+   address, so that delay is set to zero (we always hand it the addresses we mean to use);
+5. a failed dial puts the peer in a 60 s negative cache, which would ignore a fresh mDNS
+   hint about a restarted peer, so an explicit dial clears that entry first;
+6. the swarm's auto-connector re-dials every peerstore entry (up to 200 at a time) on each
+   disconnect and every 30 s, undoing deliberate disconnects; it is switched off, because
+   whom to dial and when is the gossip layer's policy;
+7. its unhandled log records (ERROR tracebacks on routine disconnects) reach stderr through
+   Python's last-resort handler; they are demoted to DEBUG records of our logger.
+
+Only Noise is offered for security and only Yamux for muxing: py-libp2p's defaults also
+offer plaintext and secio, which a downgrade could select, and mplex (6x slower).
+Every await on the network has a deadline (the ``*_TIMEOUT_S`` constants).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+import libp2p.network.swarm as _libp2p_swarm
+import multiaddr  # no stubs/py.typed in 0.2.0
+import trio
+from libp2p import new_host
+from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.crypto.ed25519 import Ed25519PublicKey, create_new_key_pair
+from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.network.config import ConnectionConfig, RetryConfig
+from libp2p.network.stream.exceptions import StreamEOF, StreamReset
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+
+# Framing, settings and counters live in libp2p-free modules; what callers use is
+# re-exported ("X as X") so that they keep importing the wire API from this one module.
+from peerd.net.framing import FramedStream as FramedStream
+from peerd.net.framing import FrameTooLargeError as FrameTooLargeError
+from peerd.net.framing import StreamClosedError as StreamClosedError
+from peerd.net.framing import TransportError as TransportError
+from peerd.net.framing import TransportTimeoutError as TransportTimeoutError
+from peerd.net.framing import read_frame as read_frame
+from peerd.net.framing import write_frame as write_frame
+from peerd.net.framing import write_frame_parts as write_frame_parts
+from peerd.net.transport_config import (
+    DISCONNECT_TIMEOUT_S,
+    HOST_CLOSE_TIMEOUT_S,
+    MAX_TRACKED_PEERS,
+    STREAM_CLOSE_TIMEOUT_S,
+    STREAM_OPEN_TIMEOUT_S,
+    check_port_free,
+    seed_of,
+)
+from peerd.net.transport_config import PROTOCOL_ID as PROTOCOL_ID
+from peerd.net.transport_config import ByteBudget as ByteBudget
+from peerd.net.transport_config import IdentityKey as IdentityKey
+from peerd.net.transport_config import PeerBudgetError as PeerBudgetError
+from peerd.net.transport_config import PeerStats as PeerStats
+from peerd.net.transport_config import StreamLimitError as StreamLimitError
+from peerd.net.transport_config import TransportConfig as TransportConfig
+from peerd.net.transport_config import tcp_multiaddr as tcp_multiaddr
+
+logger = logging.getLogger(__name__)
+
+#: Largest piece handed to libp2p per write call (Yamux splits it into window-sized frames).
+WRITE_CHUNK_LEN = 1024 * 1024
+
+
+class Stream(FramedStream):
+    """One bidirectional stream to an authenticated peer.
+
+    ``peer_id`` comes from the Noise handshake of the underlying connection, so it is the
+    identity the remote proved, not one it claimed.
+    """
+
+    def __init__(self, raw: INetStream, peer_id: str, stats: PeerStats) -> None:
+        self._raw = raw
+        self.peer_id = peer_id
+        self._stats = stats
+
+    @property
+    def remote_address(self) -> tuple[str, int] | None:
+        return self._raw.get_remote_address()
+
+    async def read_some(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` (at least 1); no deadline of its own, callers set one."""
+        self._stats.check_budget(self._stats.budget_in, f"inbound byte budget for {self.peer_id}")
+        try:
+            data = await self._raw.read(max_bytes)
+        except StreamEOF as e:
+            raise StreamClosedError("stream closed by remote") from e
+        except StreamReset as e:
+            raise StreamClosedError("stream reset by remote") from e
+        except Exception as e:  # libp2p raises a zoo of errors on a dead connection
+            raise TransportError(f"read failed: {e!r}") from e
+        if not data:
+            raise StreamClosedError("stream closed by remote")
+        self._stats.moved(len(data), inbound=True)
+        return data
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write all of ``data``; no deadline of its own, callers set one."""
+        view = memoryview(data)
+        # libp2p wants bytes: convert one slice at a time, so sending a 44 MB entry held as a
+        # view costs one chunk of extra memory, not a second copy of the entry; the budget
+        # is checked per chunk, so it is overdrawn by at most one.
+        for lo in range(0, len(view), WRITE_CHUNK_LEN):
+            self._stats.check_budget(self._stats.budget_out,
+                                     f"outbound byte budget for {self.peer_id}")
+            chunk = bytes(view[lo:lo + WRITE_CHUNK_LEN])
+            try:
+                await self._raw.write(chunk)
+            except (StreamEOF, StreamReset) as e:
+                raise StreamClosedError("stream closed by remote") from e
+            except Exception as e:
+                raise TransportError(f"write failed: {e!r}") from e
+            self._stats.moved(len(chunk), inbound=False)
+
+    async def close_write(self) -> None:
+        """Half-close: the remote reads EOF after our last frame; we can still read."""
+        with trio.move_on_after(STREAM_CLOSE_TIMEOUT_S):
+            try:
+                # NetStream has close_write, the INetStream interface does not declare it.
+                await self._raw.close_write()  # type: ignore[attr-defined]
+            except Exception as e:
+                raise TransportError(f"close_write failed: {e!r}") from e
+
+    async def close(self) -> None:
+        """Graceful close; never raises (a dead peer is no error at this point)."""
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + STREAM_CLOSE_TIMEOUT_S):
+            try:
+                await self._raw.close()
+            except Exception as e:
+                logger.debug("close of stream to %s failed: %r", self.peer_id, e)
+
+    async def reset(self) -> None:
+        """Abort the stream (the remote sees a reset); never raises."""
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + STREAM_CLOSE_TIMEOUT_S):
+            try:
+                await self._raw.reset()
+            except Exception as e:
+                logger.debug("reset of stream to %s failed: %r", self.peer_id, e)
+
+
+# --- identity ---------------------------------------------------------------------------
+
+
+def peer_id_from_public_key(public_key: bytes) -> str:
+    """libp2p's peer id (``12D3KooW…``) for a raw 32-byte Ed25519 public key."""
+    if len(public_key) != 32:
+        raise ValueError("an Ed25519 public key is 32 bytes")
+    return str(ID.from_pubkey(Ed25519PublicKey.from_bytes(public_key)).to_base58())
+
+
+def _parse_peer_id(peer_id: str) -> ID:
+    try:
+        return ID.from_base58(peer_id)
+    except Exception as e:
+        raise TransportError(f"malformed peer id {peer_id!r}") from e
+
+
+def _parse_addrs(addrs: Sequence[str]) -> list[multiaddr.Multiaddr]:
+    try:
+        return [multiaddr.Multiaddr(a) for a in addrs]
+    except Exception as e:
+        raise TransportError(f"malformed multiaddr in {list(addrs)!r}") from e
+
+
+# --- the transport ----------------------------------------------------------------------
+
+StreamHandler = Callable[[Stream], Awaitable[None]]
+PeerCallback = Callable[[str], None]
+
+
+class _ConnectionEvents(INotifee):
+    """Forwards libp2p connect/disconnect notifications to plain callbacks."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._t = transport
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self._t._peer_event(str(conn.muxed_conn.peer_id), connected=True)
+
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
+        self._t._peer_event(str(conn.muxed_conn.peer_id), connected=False)
+
+    async def listen(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+
+class Transport:
+    """A running libp2p host; obtain one from :func:`open_transport`."""
+
+    def __init__(
+        self,
+        identity: IdentityKey,
+        handler: StreamHandler,
+        config: TransportConfig,
+        on_connected: PeerCallback | None = None,
+        on_disconnected: PeerCallback | None = None,
+    ) -> None:
+        _apply_library_mends()
+        key_pair = create_new_key_pair(seed_of(identity))
+        cap = config.max_lifetime_inbound_connections
+        high = min(ConnectionConfig.high_watermark, cap)
+        conn_config = ConnectionConfig(
+            # The inbound slots are max_connections - min_connections (mend 1). With the
+            # auto-connector off (mend 6) min/low watermarks mean nothing, so they are 0;
+            # high_watermark keeps governing pruning of *live* connections.
+            max_connections=cap,
+            min_connections=0,
+            low_watermark=0,
+            high_watermark=high,
+            dial_timeout=config.dial_timeout_s,
+        )
+        noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
+        self._host: IHost = new_host(
+            key_pair=key_pair,
+            sec_opt={NOISE_PROTOCOL_ID: noise},
+            muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
+            connection_config=conn_config,
+            enable_mDNS=False,  # discovery is ours (peerd.net.discovery), not _p2p._udp
+        )
+        swarm = self._host.get_network()
+        # One retry: the caller (gossip) owns the back-off policy, not the library.
+        swarm.retry_config = RetryConfig(max_retries=1)  # type: ignore[attr-defined]
+        swarm.auto_connector.maybe_connect = _no_auto_connect  # type: ignore[attr-defined]
+        self._host.set_stream_handler(TProtocol(PROTOCOL_ID), self._on_stream)
+        self._host.get_network().register_notifee(_ConnectionEvents(self))
+        self._handler = handler
+        self._config = config
+        self._on_connected = on_connected
+        self._on_disconnected = on_disconnected
+        self._stats: defaultdict[str, PeerStats] = defaultdict(config.new_peer_stats)
+        #: Bytes of peers whose counters were forgotten, so the totals never go down.
+        self._forgotten_in = self._forgotten_out = 0
+        self.peer_id: str = str(self._host.get_id().to_base58())
+
+    # -- addresses --
+
+    @property
+    def listen_addrs(self) -> list[str]:
+        """Bound multiaddrs (without ``/p2p/…``), with the real port when 0 was asked."""
+        return [str(a) for a in self._host.get_transport_addrs()]
+
+    @property
+    def port(self) -> int:
+        for a in self._host.get_transport_addrs():
+            value = a.value_for_protocol("tcp")
+            if value is not None:
+                return int(value)
+        raise TransportError("host is not listening")
+
+    # -- peers --
+
+    def is_connected(self, peer_id: str) -> bool:
+        return self.connection_count(peer_id) > 0
+
+    def connection_count(self, peer_id: str) -> int:
+        conns = self._host.get_network().connections.get(_parse_peer_id(peer_id), [])
+        return sum(1 for c in conns if not getattr(c, "is_closed", False))
+
+    def connected_peers(self) -> list[str]:
+        return sorted(str(p) for p in self._host.get_connected_peers())
+
+    def peer_stats(self) -> dict[str, PeerStats]:
+        """A snapshot (copies) of the per-peer counters."""
+        return {p: replace(s) for p, s in self._stats.items()}
+
+    def byte_totals(self) -> tuple[int, int]:
+        """(bytes in, bytes out) with every peer since start, forgotten ones included."""
+        return (self._forgotten_in + sum(s.bytes_in for s in self._stats.values()),
+                self._forgotten_out + sum(s.bytes_out for s in self._stats.values()))
+
+    async def connect(
+        self, peer_id: str, addrs: Sequence[str], *, timeout_s: float | None = None
+    ) -> None:
+        """Ensure a connection to ``peer_id``; reuses a live one, else dials ``addrs``.
+
+        Addresses are tried one after another within one overall deadline. The Noise
+        handshake proves the remote holds ``peer_id``'s key: an address that answers with
+        another identity fails.
+        """
+        pid = _parse_peer_id(peer_id)
+        if pid == self._host.get_id():
+            raise TransportError("refusing to dial ourselves")
+        if self.is_connected(peer_id):
+            return
+        maddrs = _parse_addrs(addrs)
+        if not maddrs:
+            raise TransportError(f"no address to dial {peer_id}")
+        swarm = self._host.get_network()
+        errors: list[str] = []
+        try:
+            deadline = timeout_s if timeout_s is not None else self._config.dial_timeout_s
+            with trio.fail_after(deadline):
+                for maddr in maddrs:
+                    # The swarm dials at most one peerstore address per transport class and
+                    # prefers old ones, so a stale address (peer restarted on a new port)
+                    # would shadow the fresh hint: keep only the one we are trying now.
+                    self._host.get_peerstore().clear_addrs(pid)
+                    # A fresh hint must not be ignored because of an old failure (mend 5).
+                    swarm.unblock_peer(pid)  # type: ignore[attr-defined]
+                    try:
+                        await self._host.connect(PeerInfo(pid, [maddr]))
+                    except Exception as e:
+                        errors.append(f"{maddr}: {e}")
+                        continue
+                    if self.is_connected(peer_id):
+                        return
+                    errors.append(f"{maddr}: no connection")
+        except trio.TooSlowError as e:
+            raise TransportTimeoutError(f"dial to {peer_id} timed out ({'; '.join(errors)})") from e
+        raise TransportError(f"dial to {peer_id} failed: {'; '.join(errors)}")
+
+    async def disconnect(self, peer_id: str) -> None:
+        with trio.move_on_after(DISCONNECT_TIMEOUT_S):
+            try:
+                await self._host.disconnect(_parse_peer_id(peer_id))
+            except Exception as e:
+                logger.debug("disconnect from %s failed: %r", peer_id, e)
+
+    @asynccontextmanager
+    async def open_stream(
+        self,
+        peer_id: str,
+        addrs: Sequence[str] = (),
+        *,
+        timeout_s: float = STREAM_OPEN_TIMEOUT_S,
+    ) -> AsyncIterator[Stream]:
+        """A stream to ``peer_id`` over an existing connection (dialling ``addrs`` if none).
+
+        Closed on normal exit, reset if the body raises.
+        """
+        pid = _parse_peer_id(peer_id)  # before a stats entry exists for a malformed id
+        stats = self._stats[peer_id]
+        if stats.streams_out >= self._config.max_outbound_streams_per_peer:
+            raise StreamLimitError(f"{stats.streams_out} streams open to {peer_id}")
+        stats.check_budget(stats.budget_in, f"inbound byte budget for {peer_id}")
+        stats.check_budget(stats.budget_out, f"outbound byte budget for {peer_id}")
+        stats.streams_out += 1
+        try:
+            if not self.is_connected(peer_id):
+                await self.connect(peer_id, addrs)
+            try:
+                with trio.fail_after(timeout_s):
+                    raw = await self._host.new_stream(pid, [TProtocol(PROTOCOL_ID)])
+            except trio.TooSlowError as e:
+                raise TransportTimeoutError(f"opening a stream to {peer_id} timed out") from e
+            except Exception as e:
+                raise TransportError(f"opening a stream to {peer_id} failed: {e}") from e
+            stream = Stream(raw, str(raw.muxed_conn.peer_id), stats)
+            ok = False
+            try:
+                yield stream
+                ok = True
+            finally:
+                if ok:
+                    await stream.close()
+                else:
+                    await stream.reset()
+        finally:
+            stats.streams_out -= 1
+
+    # -- inbound --
+
+    async def _on_stream(self, raw: INetStream) -> None:
+        # Runs in libp2p's task: anything escaping here would take the whole host down.
+        peer_id = "?"
+        stats: PeerStats | None = None
+        try:
+            peer_id = str(raw.muxed_conn.peer_id)
+            stats = self._stats[peer_id]
+            if stats.streams_in >= self._config.max_inbound_streams_per_peer:
+                stats.streams_rejected += 1
+                logger.info("peer %s exceeded %d concurrent streams; resetting", peer_id,
+                            self._config.max_inbound_streams_per_peer)
+                await Stream(raw, peer_id, stats).reset()
+                return
+            try:
+                stats.check_budget(stats.budget_in, f"inbound byte budget for {peer_id}")
+            except PeerBudgetError as e:
+                # A new session would only be cut off mid-frame: refuse it now.
+                logger.info("%s; resetting its stream", e)
+                await Stream(raw, peer_id, stats).reset()
+                return
+        except Exception:
+            logger.exception("unexpected error accepting a stream from %s", peer_id)
+            return
+        stats.streams_in += 1
+        stream = Stream(raw, peer_id, stats)
+        try:
+            with trio.fail_after(self._config.handler_timeout_s):
+                await self._handler(stream)
+        except trio.TooSlowError:
+            stats.handler_errors += 1
+            logger.warning("handler for stream from %s timed out; resetting", peer_id)
+            await stream.reset()
+        except Exception as e:
+            stats.handler_errors += 1
+            # Expected network failures are routine; anything else is a bug worth a trace.
+            if isinstance(e, TransportError):
+                logger.info("stream from %s failed: %s", peer_id, e)
+            else:
+                logger.exception("handler for stream from %s raised; resetting", peer_id)
+            await stream.reset()
+        else:
+            await stream.close()
+        finally:
+            stats.streams_in -= 1
+
+    def _peer_event(self, peer_id: str, *, connected: bool) -> None:
+        # A late "disconnected" must not resurrect the entry of a peer already forgotten.
+        stats = self._stats[peer_id] if connected else self._stats.get(peer_id)
+        if stats is not None:
+            stats.last_seen = time.time()
+        if len(self._stats) > MAX_TRACKED_PEERS:
+            self._forget_idle_peers()
+        callback = self._on_connected if connected else self._on_disconnected
+        if callback is None:
+            return
+        try:
+            callback(peer_id)
+        except Exception:
+            logger.exception("peer %s callback failed", "connect" if connected else "disconnect")
+
+    def _forget_idle_peers(self) -> None:
+        idle = sorted(
+            (s.last_seen, p)
+            for p, s in self._stats.items()
+            if s.streams_in == 0 and s.streams_out == 0 and not self.is_connected(p)
+        )
+        for _, p in idle[: len(self._stats) - MAX_TRACKED_PEERS]:
+            gone = self._stats.pop(p)
+            self._forgotten_in += gone.bytes_in
+            self._forgotten_out += gone.bytes_out
+
+    async def _close(self) -> None:
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + HOST_CLOSE_TIMEOUT_S):
+            try:
+                await self._host.close()
+            except Exception:
+                logger.exception("closing the libp2p host failed")
+
+
+async def _no_auto_connect() -> None:
+    """Replaces the swarm's auto-connector (mend 6)."""
+
+
+_mends_applied = False
+
+
+def _apply_library_mends() -> None:
+    """Process-wide fixes to py-libp2p 0.8.1 module state (idempotent)."""
+    global _mends_applied
+    if _mends_applied:
+        return
+    # Dialling one address still sleeps this head start before returning; we pass only
+    # addresses we want tried in parallel anyway.
+    if hasattr(_libp2p_swarm, "_HAPPY_EYEBALLS_DELAY"):
+        _libp2p_swarm._HAPPY_EYEBALLS_DELAY = 0.0
+    # libp2p's logger has no handler and propagate=False (unless LIBP2P_DEBUG is set), so
+    # Python's last-resort handler prints its records to stderr: a routine disconnect
+    # during identify logs several ERROR tracebacks into journald. Demote them to DEBUG
+    # records of our own logger instead.
+    if not os.environ.get("LIBP2P_DEBUG"):  # set: the user asked for libp2p's own output
+        logging.getLogger("libp2p").addHandler(_DemoteToDebug())
+    _mends_applied = True
+
+
+class _DemoteToDebug(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _libp2p_log.debug("%s %s: %s", record.levelname, record.name, record.getMessage())
+        except Exception:
+            self.handleError(record)
+
+
+_libp2p_log = logging.getLogger("peerd.net.transport.libp2p")
+
+
+@asynccontextmanager
+async def open_transport(
+    identity: IdentityKey,
+    handler: StreamHandler,
+    config: TransportConfig | None = None,
+    *,
+    on_connected: PeerCallback | None = None,
+    on_disconnected: PeerCallback | None = None,
+) -> AsyncIterator[Transport]:
+    """Run a host listening on ``config.listen_host:listen_port`` until the block exits.
+
+    ``handler`` serves each inbound ``/peerd/cache/1.0.0`` stream; it may raise freely (the
+    stream is reset, the host survives). On exit every connection is closed, so remotes
+    see the connection end.
+    """
+    cfg = config if config is not None else TransportConfig()
+    if cfg.listen_port != 0:
+        check_port_free(cfg.listen_host, cfg.listen_port)
+    transport = Transport(identity, handler, cfg, on_connected, on_disconnected)
+    listen = multiaddr.Multiaddr(tcp_multiaddr(cfg.listen_host, cfg.listen_port))
+    try:
+        async with transport._host.run([listen]):
+            if not transport._host.get_transport_addrs():
+                # network.listen() reports failure (e.g. port in use) only by returning False.
+                raise TransportError(f"could not listen on {listen}")
+            try:
+                yield transport
+            finally:
+                await transport._close()
+    finally:
+        # Also on a failed start: host.run() alone leaks the listener and connections.
+        await transport._close()

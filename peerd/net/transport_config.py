@@ -1,0 +1,193 @@
+"""The transport's settings, limits, deadlines and per-peer counters (no libp2p here).
+
+:mod:`peerd.net.transport` runs the libp2p host under these and re-exports what callers use;
+keeping the plain-Python parts apart keeps that module (the only one importing libp2p)
+about the host itself.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from dataclasses import dataclass, field
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey as CryptoEd25519PrivateKey,
+)
+
+from peerd.net.framing import TransportError
+
+PROTOCOL_ID = "/peerd/cache/1.0.0"
+
+# --- limits and deadlines (framing's own are in peerd.net.framing) --------------------------
+
+#: Lifetime inbound-connection budget. py-libp2p sizes its inbound limiter as
+#: max_connections - min_connections and never returns a slot while the host runs; at the
+#: default (250) a node stops accepting anyone after 250 reconnects. 10**6 reconnects at
+#: ~15 KB leaked each is ~15 GB, i.e. the daemon would be restarted long before this bites.
+MAX_LIFETIME_INBOUND_CONNECTIONS = 1_000_000
+#: Connect + Noise handshake + Yamux negotiation; bounds a peer (or a closed/filtered port)
+#: that accepts TCP and then stalls, so a dial never blocks gossip indefinitely.
+DIAL_TIMEOUT_S = 10.0
+#: Opening a stream (multistream-select of our protocol) on an existing connection.
+STREAM_OPEN_TIMEOUT_S = 10.0
+#: Closing/resetting one stream; a peer that never acknowledges cannot hold us.
+STREAM_CLOSE_TIMEOUT_S = 5.0
+#: Closing the whole host (all connections) at shutdown; systemd waits 90 s by default.
+HOST_CLOSE_TIMEOUT_S = 10.0
+#: Closing connections to one peer on request.
+DISCONNECT_TIMEOUT_S = 5.0
+#: Whole lifetime of one inbound stream handler; a peer cannot pin a handler task forever.
+HANDLER_TIMEOUT_S = 600.0
+#: Concurrent inbound streams one peer may hold; more are reset at once (stream floods).
+MAX_INBOUND_STREAMS_PER_PEER = 8
+#: Concurrent outbound streams we open to one peer (keeps our own gossip from piling up).
+MAX_OUTBOUND_STREAMS_PER_PEER = 8
+#: Peers whose counters we keep; identities cost nothing to mint, so entries of peers
+#: that are gone (no connection, no stream) are dropped beyond this, oldest first.
+MAX_TRACKED_PEERS = 4096
+
+
+class StreamLimitError(TransportError):
+    """Too many concurrent outbound streams to one peer."""
+
+
+class PeerBudgetError(TransportError):
+    """A peer used up its byte budget in one direction; its streams wait for the refill."""
+
+
+@dataclass
+class ByteBudget:
+    """A token bucket over bytes: refills at ``rate`` bytes/s, holds at most ``burst``.
+
+    The stream checks :meth:`available` before each read or write and charges what
+    moved afterwards, so a peer overdraws by at most one read chunk; while the balance is
+    not positive its streams are refused. Time comes in as an argument (monotonic seconds).
+    """
+
+    rate: float
+    burst: float
+    balance: float = math.nan  # starts full
+    stamp: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.rate > 0 and self.burst > 0):
+            raise ValueError("a byte budget needs a positive rate and burst")
+        if math.isnan(self.balance):
+            self.balance = self.burst
+
+    def _refill(self, now: float) -> None:
+        if self.stamp is not None and now > self.stamp:
+            self.balance = min(self.burst, self.balance + (now - self.stamp) * self.rate)
+        self.stamp = now if self.stamp is None else max(self.stamp, now)
+
+    def available(self, now: float) -> bool:
+        self._refill(now)
+        return self.balance > 0
+
+    def charge(self, n: int, now: float) -> None:
+        self._refill(now)
+        self.balance -= n
+
+    def wait_s(self, now: float) -> float:
+        """Seconds until :meth:`available` turns true again."""
+        self._refill(now)
+        return 0.0 if self.balance > 0 else (1 - self.balance) / self.rate
+
+
+@dataclass
+class PeerStats:
+    """Per-peer counters for ``peerd status`` (application bytes through framed I/O)."""
+
+    bytes_in: int = 0
+    bytes_out: int = 0
+    streams_in: int = 0  # currently open inbound streams
+    streams_out: int = 0  # currently open outbound streams
+    streams_rejected: int = 0  # inbound streams reset for exceeding the per-peer limit
+    handler_errors: int = 0  # inbound handlers that raised or timed out
+    budget_refusals: int = 0  # reads, writes and streams refused: byte budget spent
+    last_seen: float = 0.0  # wall-clock time of the last byte or connection event
+    #: What this peer may still send us / we may still send it (None: unlimited).
+    budget_in: ByteBudget | None = field(default=None, repr=False)
+    budget_out: ByteBudget | None = field(default=None, repr=False)
+
+    def check_budget(self, budget: ByteBudget | None, what: str) -> None:
+        """Count and raise :class:`PeerBudgetError` if ``budget`` (one of ours) is spent."""
+        now = time.monotonic()
+        if budget is not None and not budget.available(now):
+            self.budget_refusals += 1
+            raise PeerBudgetError(
+                f"{what} spent ({budget.rate / 1e6:.1f} MB/s, burst {budget.burst / 1e6:.1f} "
+                f"MB); refills in {budget.wait_s(now):.0f} s")
+
+    def moved(self, n: int, *, inbound: bool) -> None:
+        """Account ``n`` bytes read (``inbound``) or written: counters, last seen, budget."""
+        if inbound:
+            self.bytes_in += n
+        else:
+            self.bytes_out += n
+        self.last_seen = time.time()
+        budget = self.budget_in if inbound else self.budget_out
+        if budget is not None:
+            budget.charge(n, time.monotonic())
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    listen_host: str = "0.0.0.0"  # noqa: S104 - a LAN daemon listens on all interfaces
+    listen_port: int = 0  # 0 = ephemeral; see peerd.net.transport.Transport.port
+    max_inbound_streams_per_peer: int = MAX_INBOUND_STREAMS_PER_PEER
+    max_outbound_streams_per_peer: int = MAX_OUTBOUND_STREAMS_PER_PEER
+    handler_timeout_s: float = HANDLER_TIMEOUT_S
+    dial_timeout_s: float = DIAL_TIMEOUT_S
+    max_lifetime_inbound_connections: int = MAX_LIFETIME_INBOUND_CONNECTIONS
+    #: Per-peer byte budget, each direction on its own: sustained bytes/s and the most that
+    #: may move at once. Bounds what one member (compromised, or just buggy) can make us
+    #: receive, hash and verify, or upload to it, over a metered link. None = unlimited.
+    peer_bytes_per_s: float | None = None
+    peer_burst_bytes: int | None = None
+
+    def new_peer_stats(self) -> PeerStats:
+        if self.peer_bytes_per_s is None:
+            return PeerStats()
+        burst = float(self.peer_burst_bytes or self.peer_bytes_per_s)
+        return PeerStats(budget_in=ByteBudget(self.peer_bytes_per_s, burst),
+                         budget_out=ByteBudget(self.peer_bytes_per_s, burst))
+
+
+# --- identity and addresses ------------------------------------------------------------
+
+IdentityKey = CryptoEd25519PrivateKey | bytes
+
+
+def seed_of(key: IdentityKey) -> bytes:
+    """The 32-byte Ed25519 seed of ``key`` (the form libp2p's key pair is built from)."""
+    if isinstance(key, CryptoEd25519PrivateKey):
+        return key.private_bytes_raw()
+    if isinstance(key, bytes) and len(key) == 32:
+        return key
+    raise ValueError("identity must be an Ed25519PrivateKey or its 32-byte seed")
+
+
+def tcp_multiaddr(host: str, port: int) -> str:
+    """``/ip4/H/tcp/P`` or ``/ip6/H/tcp/P`` for an address from discovery or config."""
+    proto = "ip6" if ":" in host else "ip4"
+    return f"/{proto}/{host}/tcp/{port}"
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail if another socket listens on ``host:port``.
+
+    py-libp2p listens with SO_REUSEPORT (for hole punching), so a second daemon on the same
+    port would not fail: the kernel would split inbound connections between the two. A
+    probe bound *without* SO_REUSEPORT gets EADDRINUSE while any listener holds the port.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # REUSEADDR only: TIME_WAIT leftovers from our own previous run are no conflict.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise TransportError(f"cannot listen on {host}:{port}: {e.strerror}") from e

@@ -1,0 +1,349 @@
+"""One node's gossip state: its own signed entry, its cache, and what to ask peers for.
+
+This is the seam between the wire (``peerd.protocol``: frames, signatures, membership) and
+the algorithm (``peerd.core``: validation, merge, α, blend). It does no I/O and reads no
+clock (entries may live in mapped state files, see ``peerd.store.spool``: it reads them and hints
+their pages back, nothing more): the daemon passes ``now`` in, and runs the expensive, pure
+parts (:func:`verify`, :func:`sign_own`) in worker threads while state changes stay on the
+event-loop thread.
+
+Receiving an entry is two steps so that 44 MB of hashing never blocks the event loop:
+:func:`verify` (thread: signature, membership, payload hash, schema, finite values, norm)
+then :meth:`NodeState.accept` (loop thread: replay/equivocation ledger, τ_max/C merge).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from peerd.core.cache import merge
+from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
+from peerd.core.reasons import BENIGN, Reason
+from peerd.core.staleness import Clock, StalenessMode, is_fresh
+from peerd.core.validate import ValidationLimits, validate_entry
+from peerd.protocol import messages as msg
+from peerd.protocol.admission import admit_entry, sha256_hex
+from peerd.protocol.entry import EntryBody, SignedEntry, sign_entry
+from peerd.protocol.envelope import SignedEnvelope
+from peerd.protocol.errors import ProtocolError
+from peerd.protocol.identity import node_id_of
+from peerd.protocol.ledger import OriginLedger
+from peerd.protocol.manifest import Manifest
+from peerd.protocol.tensors import TensorIndexItem, decode_tensors
+from peerd.store.spool import MappedFrame, PagedParams
+
+
+def wire_schema(schema: Schema) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The protocol's view of a local schema: name -> (dtype, shape)."""
+    return {s.name: (s.dtype, s.shape) for s in schema.specs}
+
+
+def to_wire_arrays(params: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], frozenset[str]]:
+    """Numpy views of (already snapshotted) tensors; bfloat16 travels as its raw uint16 words."""
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    bf16 = set()
+    for name, t in params.items():
+        t = t.detach().contiguous()
+        if t.dtype == torch.bfloat16:
+            arrays[name] = t.view(torch.int16).numpy().view(np.uint16)
+            bf16.add(name)
+        else:
+            arrays[name] = t.numpy()
+    return arrays, frozenset(bf16)
+
+
+def from_wire_arrays(
+    index: Sequence[TensorIndexItem], arrays: Mapping[str, npt.NDArray[Any]]
+) -> dict[str, torch.Tensor]:
+    """Torch views of verified payload arrays (no copy).
+
+    The arrays may be read-only views of the received buffer; torch warns about that because
+    writes would be undefined. Received tensors are never written: blends read them into a
+    fresh matrix.
+    """
+    out: dict[str, torch.Tensor] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for item in index:
+            t = torch.from_numpy(arrays[item.name])
+            out[item.name] = t.view(torch.bfloat16) if item.dtype == "bfloat16" else t
+    return out
+
+
+def meta_of(body: EntryBody) -> EntryMeta:
+    return EntryMeta(
+        origin=body.origin,
+        version=body.version,
+        created_at=body.created_at,
+        schema_id=body.schema_id,
+        num_examples=body.num_examples,
+        digest=body.digest,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A cache entry's payload: torch views for blending, the untouched message for relaying.
+
+    ``frame`` is the mapped state file the payload lives in (see peerd.store.spool), and
+    ``entry.params`` are then :class:`PagedParams`; None for an entry held in memory.
+    """
+
+    entry: Entry
+    message: msg.Entry
+    frame: MappedFrame | None = None
+
+    def release(self) -> None:
+        """Hand the entry's resident pages back (a no-op for an entry held in memory)."""
+        if self.frame is not None:
+            self.frame.release()
+
+
+def held_entry(
+    body: EntryBody, message: msg.Entry, arrays: Mapping[str, npt.NDArray[Any]],
+    frame: MappedFrame | None,
+) -> Entry:
+    """The core's view of a decoded entry: torch views of its payload, paged when mapped."""
+    params: Mapping[str, torch.Tensor] = from_wire_arrays(body.tensors, arrays)
+    if frame is not None:
+        base = len(frame.body) - len(message.payload)
+        ranges = {i.name: (base + i.offset, base + i.offset + i.nbytes) for i in body.tensors}
+        params = PagedParams(params, frame, ranges)
+    return Entry(meta_of(body), params)
+
+
+def verify(
+    message: msg.Entry,
+    *,
+    fleet_id: bytes,
+    manifest: Manifest,
+    ledger: OriginLedger,
+    schema: Schema,
+    limits: ValidationLimits,
+    now: float,
+    frame: MappedFrame | None = None,
+) -> Held:
+    """Protocol admission plus core validation; raises :class:`ProtocolError` with a reason.
+    The result is the entry as the cache will hold it (:meth:`NodeState.accept`).
+
+    Pure apart from reading ``ledger`` (to skip hashing replays early); safe in a thread as
+    long as nothing mutates the ledger or manifest concurrently (the caller snapshots them).
+    ``frame``: the payload is a tail of this mapped file's body; it is then read piece by
+    piece and tensor by tensor, and its pages are handed back as they are read.
+    """
+    try:
+        v = admit_entry(
+            message, fleet_id=fleet_id, manifest=manifest, ledger=ledger,
+            schema=wire_schema(schema), now=now, max_skew=limits.max_future_skew_s,
+            record=False, sha256=sha256_hex if frame is None else frame.sha256_tail,
+        )
+        entry = held_entry(v.body, message, v.tensors, frame)
+        # The payload hash was checked by admission: skip the core's second digest pass.
+        rejection = validate_entry(entry, schema, limits, now=now, check_digest=False)
+    finally:
+        if frame is not None:
+            frame.release()
+    if rejection is not None:
+        raise ProtocolError(rejection.reason, rejection.detail)
+    return Held(entry, message, frame)
+
+
+def sign_params(
+    key: Ed25519PrivateKey,
+    fleet_id: bytes,
+    *,
+    params: Mapping[str, torch.Tensor],
+    version: int,
+    created_at: float,
+    num_examples: int,
+) -> SignedEntry:
+    """Sign ``params`` as this node's entry (thread-safe, CPU-heavy). The payload parts are
+    views of ``params``: nothing is copied until the caller writes or joins them."""
+    arrays, bf16 = to_wire_arrays({k: v.detach() for k, v in params.items()})
+    return sign_entry(
+        key, fleet_id, version=version, created_at=created_at,
+        schema_id=Schema.of(params).id, num_examples=num_examples, tensors=arrays,
+        bfloat16=bf16,
+    )
+
+
+def held_signed(signed: SignedEntry, message: msg.Entry, frame: MappedFrame | None) -> Held:
+    """Our own signed entry as held, its tensors views of ``message``'s payload (joined in
+    memory, or mapped from ``frame``)."""
+    views = decode_tensors(signed.body.tensors, message.payload)
+    return Held(held_entry(signed.body, message, views, frame), message, frame)
+
+
+def sign_own(
+    key: Ed25519PrivateKey,
+    fleet_id: bytes,
+    *,
+    params: Mapping[str, torch.Tensor],
+    version: int,
+    created_at: float,
+    num_examples: int,
+) -> tuple[Entry, msg.Entry]:
+    """Sign ``params`` as this node's entry, in memory (the daemon signs into a file:
+    ``peerd.store.persist.publish_own``).
+
+    The payload is built once; the returned entry's tensors are read-only views into it, so
+    the own entry costs one model's worth of memory, like a received one. ``params`` may be
+    dropped (or reused) by the caller afterwards.
+    """
+    signed = sign_params(key, fleet_id, params=params, version=version,
+                         created_at=created_at, num_examples=num_examples)
+    held = held_signed(signed, signed.to_message(), None)  # the one copy: the payload
+    return held.entry, held.message
+
+
+@dataclass
+class NodeState:
+    """Mutable gossip state of one node. Touch it from one thread only (the event loop)."""
+
+    key: Ed25519PrivateKey
+    fleet_id: bytes
+    manifest: Manifest
+    schema: Schema
+    limits: ValidationLimits
+    tau_max: float
+    capacity: int
+    mode: StalenessMode = StalenessMode.TIME
+    round: int = 0
+    own: Held | None = None
+    cache: list[CacheItem] = field(default_factory=list)
+    ledger: OriginLedger = field(default_factory=OriginLedger)
+    rejected: Counter[str] = field(default_factory=Counter)
+    dropped: Counter[str] = field(default_factory=Counter)
+    own_max_version_seen: int = -1
+    #: Entries admitted into the cache since start (a counter: evictions don't lower it).
+    accepted: int = 0
+    #: The signed form of ``manifest``, handed to peers that hold an older one.
+    manifest_envelope: SignedEnvelope | None = None
+
+    def __post_init__(self) -> None:
+        self.id = node_id_of(self.key)
+
+    # -------------------------------------------------------------- clocks and digests
+    def clock(self, now: float) -> Clock:
+        return Clock.rounds(self.round) if self.mode is StalenessMode.ROUNDS else Clock.time(now)
+
+    def holdings(self) -> list[Held]:
+        """Own entry first, then the cache (freshest first)."""
+        held = [self.own] if self.own is not None else []
+        return held + [item.payload for item in self.cache if isinstance(item.payload, Held)]
+
+    def digest(self) -> msg.Digest:
+        return msg.Digest(tuple(
+            msg.DigestItem(h.entry.meta.origin, h.entry.meta.version, h.entry.meta.created_at,
+                           bytes.fromhex(h.entry.meta.digest))
+            for h in self.holdings()
+        ))
+
+    def wants(self, offered: msg.Digest, now: float) -> msg.Want:
+        """What to ask a peer for: the entries that would survive a merge into our cache.
+
+        The merge runs on metadata only, so we never download an entry that is stale, not
+        newer than what we hold, from an unknown origin, or would be evicted at once by C.
+        """
+        candidates = []
+        for item in offered.entries:
+            if item.origin == self.id or item.origin in self.ledger.flagged:
+                continue
+            held = self.ledger.held.get(item.origin)
+            if held is not None and item.version <= held.version:
+                continue
+            try:
+                self.manifest.check_member(item.origin, now)
+            except ProtocolError:
+                continue  # don't fetch 44 MB just to reject it as a non-member
+            if not math.isfinite(item.created_at):
+                continue
+            meta = EntryMeta(item.origin, item.version, item.created_at, self.schema.id, 1,
+                             item.digest.hex())
+            candidates.append(CacheItem(meta, None, now))
+        result = merge(self.cache, candidates, clock=self.clock(now), tau_max=self.tau_max,
+                       capacity=self.capacity, own_origin=self.id)
+        return msg.Want(tuple((i.meta.origin, i.meta.version) for i in result.accepted))
+
+    def to_send(self, want: msg.Want) -> list[Held]:
+        """The wanted entries we still hold, in the order asked (the asker sorts freshest
+        first). Relayed entries go out exactly as received: the origin's signature intact."""
+        by_key = {(h.entry.meta.origin, h.entry.meta.version): h for h in self.holdings()}
+        return [by_key[k] for k in want.items if k in by_key]
+
+    # -------------------------------------------------------------- state changes
+    def set_own(self, entry: Entry, message: msg.Entry, frame: MappedFrame | None = None) -> None:
+        self.own = Held(entry, message, frame)
+        self.ledger.record(self.id, entry.meta.version, entry.meta.digest)
+
+    def reject(self, reason: Reason | str) -> None:
+        (self.dropped if reason in BENIGN else self.rejected)[str(reason)] += 1
+
+    def accept(self, verified: Held, *, sender: str, now: float) -> Reason | None:
+        """Admit a verified entry into the cache; returns why it was not kept, if it wasn't."""
+        meta = verified.entry.meta
+        try:
+            self.ledger.check(meta.origin, meta.version, meta.digest)
+        except ProtocolError as exc:
+            self.reject(exc.reason)
+            return exc.reason
+        self.ledger.record(meta.origin, meta.version, meta.digest)
+        item = CacheItem(meta, sender, now, payload=verified)
+        result = merge(self.cache, [item], clock=self.clock(now), tau_max=self.tau_max,
+                       capacity=self.capacity, own_origin=self.id)
+        self.cache = list(result.cache)
+        for reason, n in result.dropped.items():
+            for _ in range(n):
+                self.reject(reason)
+        if result.own_max_version is not None:
+            self.own_max_version_seen = max(self.own_max_version_seen, result.own_max_version)
+        if result.equivocations:
+            self.ledger.flagged.update(e.origin for e in result.equivocations)
+        if item in result.accepted:
+            self.accepted += 1
+            return None
+        fresh = is_fresh(self.clock(now).staleness(meta), self.tau_max)
+        return Reason.EVICTED if fresh else Reason.STALE
+
+    def expire(self, now: float) -> list[CacheItem]:
+        """Drop entries that aged past τ_max (called every round and before blending)."""
+        result = merge(self.cache, [], clock=self.clock(now), tau_max=self.tau_max,
+                       capacity=self.capacity, own_origin=self.id)
+        self.cache = list(result.cache)
+        for _ in result.expired:
+            self.reject(Reason.STALE)
+        return list(result.expired)
+
+    def install_manifest(
+        self, manifest: Manifest, envelope: SignedEnvelope | None, now: float
+    ) -> None:
+        """Adopt a newer manifest; evict entries whose origin is no longer an active member."""
+        self.manifest = manifest
+        self.manifest_envelope = envelope
+        keep = []
+        for item in self.cache:
+            try:
+                manifest.check_member(item.meta.origin, now)
+                keep.append(item)
+            except ProtocolError as exc:
+                self.reject(exc.reason)
+                self.ledger.forget(item.meta.origin)
+        self.cache = keep
+
+    def release(self) -> None:
+        """Hand back the resident pages of every mapped entry (after a round or a session)."""
+        for held in self.holdings():
+            held.release()
+
+    def blend_inputs(self) -> list[Entry]:
+        return [item.payload.entry for item in self.cache if isinstance(item.payload, Held)]

@@ -1,0 +1,433 @@
+"""Crash-safe state files: a blob store, the node's counters and an append-only audit log.
+
+Every state file is written atomically (temporary file in the same directory, write, fsync,
+rename, fsync the directory), so a crash or power cut leaves either the old file or the new
+one, never a mix. Each file carries a header (magic, format version, body length, SHA-256 of
+the body), so a torn write, a truncated file or a flipped bit is detected on read. A file
+that fails the check is moved to ``quarantine/`` under a timestamped name, a warning is
+logged and the reader gets ``None``: a corrupt cache entry costs that entry, never the node.
+
+Bodies are opaque bytes: the daemon stores signed wire frames (verified again when loaded),
+never pickles. Layout of a state directory (0700, files 0600)::
+
+    node.key            identity key (written by peerd.store.keyfile, not here)
+    blobs/NAME          blob store (entry-<origin>, own.entry, manifest, cache.index)
+    counters.a/.b       round and version, two copies (see Counters)
+    audit.log[.1-.3]    JSON lines, rotated by size
+    quarantine/         corrupt files, kept for inspection, oldest deleted past a bound
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import stat
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"PEERDST\x00"
+FORMAT_VERSION = 1
+#: magic, format version, reserved flags, body length, SHA-256 of the body.
+_HEADER = struct.Struct(">8sHHQ32s")
+HEADER_LEN = _HEADER.size
+
+#: Largest body accepted on read: a corrupt length field (or a file that is not ours) must
+#: not make us allocate gigabytes; a 44 MB model entry is far below.
+MAX_BLOB_LEN = 2 * 1024**3
+#: Blob names: a flat namespace, no path separators, no leading dot (temporary files and
+#: hidden files start with "."), bounded so a name always fits a file name (255 bytes).
+MAX_BLOB_NAME_LEN = 200
+_BLOB_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@:=+-]*$")
+#: Size of the audit log before it is rotated, and how many rotated files are kept: the
+#: audit log must never fill the disk the cache needs (3 × 4 MiB + the live file).
+MAX_AUDIT_BYTES = 4 * 1024**2
+AUDIT_KEEP = 3
+#: Longest audit line: a log record with an attacker-chosen string in it stays bounded.
+MAX_AUDIT_LINE = 4096
+#: Most files kept in quarantine: a disk that keeps corrupting files must not fill up with
+#: copies of them; the oldest are deleted first.
+MAX_QUARANTINE_FILES = 64
+
+#: Blob-name prefix of persisted cache entries (``entry-<origin>``, as peerd.store.persist writes
+#: them): `peerd status --state-dir` lists these while the daemon is down.
+ENTRY_BLOB_PREFIX = "entry-"
+#: JSON index of the persisted cache (origin -> version, received_from, received_at), kept
+#: by peerd.store.persist; read (best effort) by the offline status view.
+CACHE_INDEX_BLOB = "cache.index"
+
+#: Temporary files (atomic writes, entries being received) start with this; whatever a crash
+#: leaves behind is deleted when the directory is next opened.
+TMP_PREFIX = ".tmp-"
+_TMP_PREFIX = TMP_PREFIX
+_COUNTER_FILES = ("counters.a", "counters.b")
+
+
+class StateError(OSError):
+    """A state write failed (disk full, permissions); the previous copy of the file is intact."""
+
+
+# ---------------------------------------------------------------------------- one file
+
+
+def encode(body: bytes) -> bytes:
+    """Header + body, as stored on disk."""
+    return pack_header(len(body), hashlib.sha256(body).digest()) + body
+
+
+def pack_header(length: int, digest: bytes) -> bytes:
+    """The header of a file whose body is ``length`` bytes with SHA-256 ``digest``."""
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, 0, length, digest)
+
+
+def parse_header(data: bytes | memoryview, file_len: int) -> bytes:
+    """Check the header at the start of ``data`` against the file's length; the body's
+    SHA-256 as recorded. ValueError (with the reason) when it is not intact."""
+    if file_len < HEADER_LEN:
+        raise ValueError(f"shorter than the {HEADER_LEN}-byte header ({file_len} bytes)")
+    magic, version, _flags, length, digest = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ValueError("bad magic: not a peerd state file")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"unknown format version {version}")
+    if file_len - HEADER_LEN != length:
+        have = file_len - HEADER_LEN
+        raise ValueError(f"torn: header says {length} body bytes, file has {have}")
+    return bytes(digest)
+
+
+def decode(data: bytes) -> bytes:
+    """The body of a stored file; ValueError (with the reason) when it is not intact."""
+    digest = parse_header(data, len(data))
+    body = data[HEADER_LEN:]
+    if hashlib.sha256(body).digest() != digest:
+        raise ValueError("SHA-256 mismatch: the body is corrupt")
+    return body
+
+
+def fsync_dir(directory: Path) -> None:
+    # The rename is durable only once the directory entry is on disk.
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+Body = bytes | bytearray | memoryview
+
+
+def atomic_write(path: Path, body: Body | Sequence[Body]) -> None:
+    """Store ``body`` (with header) at ``path`` atomically, mode 0600.
+
+    ``body`` may be a sequence of parts, written back to back: a 44 MB entry is then hashed
+    and written where it lies instead of being joined into one more copy first.
+    Raises :class:`StateError` on any OS error (ENOSPC included); the old file is untouched
+    and the temporary file removed.
+    """
+    parts = [memoryview(body)] if isinstance(body, Body) else [memoryview(p) for p in body]
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    length = sum(part.nbytes for part in parts)
+    chunks = [memoryview(pack_header(length, digest.digest())),
+              *(part.cast("B") for part in parts)]
+    tmp = path.parent / f"{_TMP_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            for data in chunks:
+                while data:
+                    written = os.write(fd, data)
+                    data = data[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        hint = " (disk full)" if exc.errno == errno.ENOSPC else ""
+        raise StateError(exc.errno, f"cannot write {path}: {exc.strerror}{hint}; "
+                                    "the previous copy is intact") from exc
+
+
+def read_or_quarantine(path: Path, quarantine: Path | None) -> bytes | None:
+    """The body at ``path``; None if missing, or if corrupt (then it is quarantined, unless
+    ``quarantine`` is None: a read-only reader only logs it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("cannot read state file %s: %s", path, exc.strerror)
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            size = st.st_size
+            if not stat.S_ISREG(st.st_mode):
+                problem = "not a regular file"
+            elif size > MAX_BLOB_LEN + HEADER_LEN:
+                problem = f"{size} bytes, over the {MAX_BLOB_LEN}-byte limit"
+            else:
+                try:
+                    return decode(fh.read())
+                except ValueError as exc:
+                    problem = str(exc)
+    except OSError as exc:  # EIO on a failing disk: treat like corruption, never fatal
+        problem = f"read error: {exc.strerror}"
+    if quarantine is None:
+        log.warning("corrupt state file %s (%s)", path, problem)
+    else:
+        _quarantine(path, quarantine, problem)
+    return None
+
+
+def _quarantine(path: Path, quarantine: Path, problem: str) -> None:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    target = quarantine / f"{path.name}.{stamp}"
+    try:
+        quarantine.mkdir(mode=0o700, exist_ok=True)
+        os.replace(path, target)
+    except OSError as exc:
+        # Could not move it: delete it rather than trip over it on every start.
+        log.warning("corrupt state file %s (%s); cannot quarantine it (%s), deleting it",
+                    path, problem, exc.strerror)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    log.warning("corrupt state file %s (%s): moved to %s", path, problem, target)
+    _trim_quarantine(quarantine)
+
+
+def _trim_quarantine(quarantine: Path) -> None:
+    try:
+        files = sorted(quarantine.iterdir(), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return
+    for old in files[:-MAX_QUARANTINE_FILES]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+
+# ---------------------------------------------------------------------------- the directory
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """The node's round and (published) version counters.
+
+    ``lost`` is True when counter files existed but none was intact: the caller must then
+    not restart versions from 0 (a reused version would be rejected or shadow a newer one)
+    but from a floor it knows, e.g. the highest own version seen in the cache or from peers.
+    """
+
+    round: int = 0
+    version: int = 0
+    lost: bool = False
+
+
+class StateDir:
+    """A node's state directory (created 0700). Thread-safe: the daemon writes from workers.
+
+    ``readonly``: for readers beside a daemon that may be running (``peerd status
+    --state-dir``): nothing is created, tightened, cleaned or quarantined, so a live daemon's
+    temporary files (atomic writes, entries being received) are never touched.
+    """
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        self.blobs = path / "blobs"
+        self.quarantine = path / "quarantine"
+        self.audit_path = path / "audit.log"
+        self.readonly = readonly
+        self._lock = threading.Lock()
+        if readonly:
+            return
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # An existing directory may have been made by hand with a looser umask; the
+            # identity key lives here, so tighten it (only works if we own it, as we should).
+            if stat.S_IMODE(path.stat().st_mode) != 0o700:
+                os.chmod(path, 0o700)
+            self.blobs.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise StateError(exc.errno,
+                             f"cannot use state directory {path}: {exc.strerror}") from exc
+        self._clean_temp_files()
+
+    def _clean_temp_files(self) -> None:
+        # A crash between creating a temporary file and renaming it leaves it behind; it was
+        # never the real file, so deleting it loses nothing.
+        for directory in (self.path, self.blobs):
+            for tmp in directory.glob(f"{_TMP_PREFIX}*"):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                    log.info("removed leftover temporary file %s", tmp)
+
+    # --- blobs -------------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise StateError(errno.EROFS, f"{self.path} was opened read-only")
+
+    def blob_path(self, name: str) -> Path:
+        """Where blob ``name`` lives (ValueError for a name that is not a plain blob name)."""
+        return self._blob_path(name)
+
+    def quarantine_file(self, path: Path, problem: str) -> None:
+        """Move a corrupt state file aside (logged), as a failed read does."""
+        self._check_writable()
+        _quarantine(path, self.quarantine, problem)
+
+    def _blob_path(self, name: str) -> Path:
+        if len(name) > MAX_BLOB_NAME_LEN or not _BLOB_NAME.match(name):
+            raise ValueError(f"bad blob name {name!r}: letters, digits and _.@:=+- only, "
+                             f"not starting with '.' or '-', at most {MAX_BLOB_NAME_LEN} chars")
+        return self.blobs / name
+
+    def write_blob(self, name: str, data: Body | Sequence[Body]) -> None:
+        """Store ``data`` (bytes, or parts written back to back) under ``name`` atomically
+        (StateError on failure, old copy kept)."""
+        self._check_writable()
+        path = self._blob_path(name)
+        size = (memoryview(data).nbytes if isinstance(data, Body)
+                else sum(memoryview(p).nbytes for p in data))
+        if size > MAX_BLOB_LEN:
+            raise ValueError(f"blob {name!r} is {size} bytes, over {MAX_BLOB_LEN}")
+        atomic_write(path, data)
+
+    def read_blob(self, name: str) -> bytes | None:
+        """The blob, or None if absent or corrupt (a corrupt one is quarantined)."""
+        return read_or_quarantine(self._blob_path(name),
+                                  None if self.readonly else self.quarantine)
+
+    def list_blobs(self, prefix: str = "") -> list[str]:
+        """Names of stored blobs starting with ``prefix``, sorted (contents not checked)."""
+        try:
+            names = [p.name for p in self.blobs.iterdir()]
+        except OSError as exc:
+            log.warning("cannot list %s: %s", self.blobs, exc.strerror)
+            return []
+        return sorted(n for n in names if n.startswith(prefix) and _BLOB_NAME.match(n))
+
+    def delete_blob(self, name: str) -> bool:
+        """Remove a blob; True if it existed."""
+        self._check_writable()
+        try:
+            self._blob_path(name).unlink()
+        except FileNotFoundError:
+            return False
+        fsync_dir(self.blobs)
+        return True
+
+    # --- counters ----------------------------------------------------------------------
+
+    def load_counters(self) -> Counters:
+        """The highest intact counters of the two copies (zeros on a fresh directory)."""
+        found: list[Counters] = []
+        existed = False
+        for name in _COUNTER_FILES:
+            path = self.path / name
+            existed = existed or path.exists()
+            body = read_or_quarantine(path, None if self.readonly else self.quarantine)
+            if body is None:
+                continue
+            try:
+                raw = json.loads(body)
+                c = Counters(round=int(raw["round"]), version=int(raw["version"]))
+                if c.round < 0 or c.version < 0:
+                    raise ValueError("negative counter")
+                found.append(c)
+            except (ValueError, KeyError, TypeError) as exc:
+                # Intact header but nonsense inside: a bug wrote it; same treatment.
+                log.warning("counter file %s holds no valid counters (%s)", path, exc)
+        if not found:
+            if existed:
+                log.error("every copy of the round/version counters in %s is corrupt", self.path)
+            return Counters(lost=existed)
+        return Counters(round=max(c.round for c in found), version=max(c.version for c in found))
+
+    def save_counters(self, counters: Counters) -> None:
+        """Persist both copies, one after the other, so a crash mid-way leaves one intact."""
+        self._check_writable()
+        if counters.round < 0 or counters.version < 0:
+            raise ValueError(f"counters must be >= 0, got {counters}")
+        body = json.dumps({"round": counters.round, "version": counters.version}).encode()
+        with self._lock:
+            for name in _COUNTER_FILES:
+                atomic_write(self.path / name, body)
+
+    # --- audit log ---------------------------------------------------------------------
+
+    def audit(self, event: str, **fields: Any) -> bool:
+        """Append one JSON line ``{"ts", "event", ...}``; rotated by size.
+
+        An audit failure (disk full) is logged and returns False rather than raising: the
+        audit trail must not stop the node from learning.
+        """
+        if self.readonly:
+            return False
+        record = {"ts": round(time.time(), 3), "event": event, **fields}
+        line = json.dumps(record, default=str, ensure_ascii=True)
+        if len(line) > MAX_AUDIT_LINE:
+            line = json.dumps({"ts": record["ts"], "event": event, "truncated": True,
+                               "head": line[: MAX_AUDIT_LINE // 2]})
+        data = (line + "\n").encode()
+        with self._lock:
+            try:
+                self._rotate_if_needed(len(data))
+                fd = os.open(self.audit_path,
+                             os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    os.write(fd, data)  # one write with O_APPEND: lines never interleave
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                log.warning("cannot append to audit log %s: %s", self.audit_path, exc.strerror)
+                return False
+        return True
+
+    def _rotate_if_needed(self, incoming: int) -> None:
+        try:
+            size = self.audit_path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size + incoming <= MAX_AUDIT_BYTES:
+            return
+        for i in range(AUDIT_KEEP - 1, 0, -1):
+            older = self.audit_path.with_name(f"{self.audit_path.name}.{i}")
+            if older.exists():
+                os.replace(older, self.audit_path.with_name(f"{self.audit_path.name}.{i + 1}"))
+        os.replace(self.audit_path, self.audit_path.with_name(f"{self.audit_path.name}.1"))
+
+    def read_audit(self) -> list[dict[str, Any]]:
+        """Audit records, oldest first, across rotated files (unparseable lines skipped)."""
+        out: list[dict[str, Any]] = []
+        names = [f"{self.audit_path.name}.{i}" for i in range(AUDIT_KEEP, 0, -1)]
+        for name in [*names, self.audit_path.name]:
+            try:
+                text = (self.path / name).read_text(encoding="utf-8", errors="replace")
+            except FileNotFoundError:
+                continue
+            for line in text.splitlines():
+                with contextlib.suppress(ValueError):
+                    item = json.loads(line)
+                    if isinstance(item, dict):
+                        out.append(item)
+        return out

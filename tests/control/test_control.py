@@ -1,0 +1,302 @@
+"""The control socket: permissions, protocol, errors, stale sockets, slow clients."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peerd.control.server import (
+    API_VERSION,
+    MAX_REQUEST_LEN,
+    ControlError,
+    dispatch,
+    request,
+    status_shape_errors,
+)
+from tests.daemon.helpers import running_server, sample_status
+
+
+def raw_exchange(path: Path, payload: bytes, timeout: float = 5.0) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(path))
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    result: dict[str, Any] = json.loads(data)
+    return result
+
+
+def test_status_round_trip_and_socket_mode(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "peerd.sock"
+    with running_server(path):
+        assert stat.S_ISSOCK(path.lstat().st_mode)
+        assert stat.S_IMODE(path.lstat().st_mode) == 0o600
+        # Nothing else (no private bind directory) is left next to it.
+        assert os.listdir(path.parent) == ["peerd.sock"]
+        result = request(path, "status")
+        assert result == sample_status()
+        assert status_shape_errors(result) == []
+        assert request(path, "peers") == {"peers": sample_status()["peers"]}
+    assert not path.exists()  # removed on shutdown
+
+
+def test_group_socket_is_0660(tmp_path: Path) -> None:
+    import grp
+
+    group = grp.getgrgid(os.getgid()).gr_name
+    path = tmp_path / "peerd.sock"
+    with running_server(path, group=group):
+        assert stat.S_IMODE(path.lstat().st_mode) == 0o660
+        assert path.lstat().st_gid == os.getgid()
+
+
+def test_unknown_group_refused(tmp_path: Path) -> None:
+    with (pytest.raises(ControlError, match="does not exist"),
+          running_server(tmp_path / "s.sock", group="no-such-group-peerd-test")):
+        pass
+
+
+def test_socket_never_world_writable_while_binding(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # With a wide-open umask the bind itself creates a 0777 socket. It must be born inside a
+    # private 0700 directory and be 0600 before it is renamed to the path clients use.
+    import peerd.control.server as control_mod
+
+    seen: list[tuple[int, int, str]] = []
+    real_replace = os.replace
+
+    def spy(src: Any, dst: Any) -> None:
+        src = Path(src)
+        seen.append((stat.S_IMODE(src.parent.stat().st_mode),
+                     stat.S_IMODE(src.lstat().st_mode), str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(control_mod.os, "replace", spy)
+    old = os.umask(0)
+    try:
+        path = tmp_path / "peerd.sock"
+        with running_server(path):
+            assert stat.S_IMODE(path.lstat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+    assert seen == [(0o700, 0o600, str(path))]
+
+
+def test_errors_for_bad_requests(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.sock"
+    with running_server(path):
+        bad_api = raw_exchange(path, b'{"api": 99, "method": "status"}\n')
+        assert bad_api["ok"] is False and bad_api["error"]["code"] == "unsupported_api"
+        assert bad_api["api"] == API_VERSION
+        unknown = raw_exchange(path, b'{"api": 1, "method": "shutdown"}\n')
+        assert unknown["error"]["code"] == "unknown_method"
+        garbage = raw_exchange(path, b"\xff\xfe not json\n")
+        assert garbage["error"]["code"] == "bad_request"
+        huge = raw_exchange(path, b"{" + b" " * (MAX_REQUEST_LEN + 10))
+        assert huge["error"]["code"] == "too_large"
+        # The server survived all of it.
+        assert request(path, "status")["node"]["round"] == 3
+        with pytest.raises(ControlError) as err:
+            request(path, "reboot")
+        assert err.value.code == "unknown_method"
+
+
+def test_provider_failure_is_an_error_response(tmp_path: Path) -> None:
+    def broken() -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    path = tmp_path / "peerd.sock"
+    with running_server(path, broken):
+        with pytest.raises(ControlError, match="could not build its status") as err:
+            request(path, "status")
+        assert err.value.code == "internal"
+
+
+def test_silent_client_does_not_block_others(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "peerd.sock"
+    with running_server(path):
+        idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        idle.connect(str(path))  # connects and says nothing
+        try:
+            start = time.monotonic()
+            assert request(path, "status", timeout=3)["node"]["id"] == "12D3KooWself"
+            assert time.monotonic() - start < 2
+        finally:
+            idle.close()
+
+
+def test_missing_socket_message(tmp_path: Path) -> None:
+    with pytest.raises(ControlError) as err:
+        request(tmp_path / "nope.sock", "status")
+    assert err.value.code == "not_running"
+    assert f"peerd is not running? no socket at {tmp_path / 'nope.sock'}" in str(err.value)
+
+
+def test_stale_socket_from_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens: what a killed daemon leaves
+    with pytest.raises(ControlError, match="stale socket") as err:
+        request(path, "status")
+    assert err.value.code == "not_running"
+    with running_server(path):  # start-up removes it and binds anew
+        assert request(path, "status")["node"]["version"] == 7
+
+
+def test_second_daemon_on_the_same_socket_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.sock"
+    with running_server(path):
+        with pytest.raises(ControlError, match="already listening"), running_server(path):
+            pass
+        assert request(path, "status")["node"]["round"] == 3  # the first one is unharmed
+
+
+def test_regular_file_at_socket_path_is_not_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.sock"
+    path.write_text("important")
+    with pytest.raises(ControlError, match="not a socket"), running_server(path):
+        pass
+    assert path.read_text() == "important"
+
+
+def test_timeout_and_bad_response(tmp_path: Path) -> None:
+    path = tmp_path / "fake.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(1)
+    try:
+        with pytest.raises(ControlError, match="no answer") as err:
+            request(path, "status", timeout=0.3)  # accepted by the kernel, never answered
+        assert err.value.code == "timeout"
+        conn, _ = srv.accept()
+        conn.close()
+        # A program that is not peerd answers nonsense.
+        import threading
+
+        def answer() -> None:
+            c, _ = srv.accept()
+            c.recv(100)
+            c.sendall(b"HTTP/1.0 200 OK\r\n\r\n")
+            c.close()
+
+        t = threading.Thread(target=answer)
+        t.start()
+        with pytest.raises(ControlError, match="did not answer with JSON") as err:
+            request(path, "status", timeout=3)
+        t.join(5)
+        assert err.value.code == "bad_response"
+    finally:
+        srv.close()
+
+
+def as_nobody(check: Callable[[], bool]) -> bool:
+    """Run ``check`` in a child process that dropped to user nobody; its verdict."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            code = 0 if check() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_permission_denied_message(tmp_path: Path) -> None:
+    path = tmp_path / "peerd.sock"
+    os.chmod(tmp_path, 0o755)
+
+    def refused() -> bool:
+        try:
+            request(path, "status")
+        except ControlError as exc:
+            return exc.code == "permission_denied" and "permission denied" in exc.message
+        return False
+
+    with running_server(path):
+        assert as_nobody(refused)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_the_cli_reports_permission_denied_as_such(tmp_path: Path) -> None:
+    # Through the real command line, as a user who may not use the 0600 socket: our message
+    # and exit status 1, not a usage error.
+    from typer.testing import CliRunner
+
+    from peerd.cli.app import app
+
+    path = tmp_path / "peerd.sock"
+    os.chmod(tmp_path, 0o755)
+
+    def refused() -> bool:
+        result = CliRunner().invoke(app, ["status", "--socket", str(path)])
+        return result.exit_code == 1 and "permission denied on" in result.stderr
+
+    with running_server(path):
+        # Once as root first: the child, as nobody, may not read the interpreter's files to
+        # import what the command loads lazily.
+        assert CliRunner().invoke(app, ["status", "--socket", str(path)]).exit_code == 0
+        assert as_nobody(refused)
+
+
+def test_dispatch_is_pure() -> None:
+    calls: list[int] = []
+
+    def provider() -> dict[str, Any]:
+        calls.append(1)
+        return sample_status()
+
+    ok = dispatch(b'{"api": 1, "method": "status"}', provider)
+    assert ok["ok"] is True and ok["result"]["config"]["alpha"] == "uniform"
+    assert dispatch(b'{"api": true, "method": "status"}', provider)["ok"] is False
+    assert dispatch(b"[1, 2]", provider)["error"]["code"] == "bad_request"
+    unserialisable = dispatch(b'{"api": 1, "method": "status"}', lambda: {"x": object()})
+    assert unserialisable["error"]["code"] == "internal"
+    assert len(calls) == 1
+
+
+def test_shape_checker_finds_missing_keys() -> None:
+    status = sample_status()
+    del status["node"]["val_accuracy"]
+    del status["cache"][0]["verified"]
+    status["peers"] = {}
+    assert status_shape_errors(status) == [
+        "node.val_accuracy: missing", "cache[0].verified: missing", "peers: expected a list"]
+
+
+def test_a_handler_bug_does_not_stop_the_server(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import peerd.control.server as control_mod
+
+    real = control_mod.dispatch
+    calls = {"n": 0}
+
+    def flaky(raw: bytes, provider: Any) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyError("bug")
+        return real(raw, provider)
+
+    monkeypatch.setattr(control_mod, "dispatch", flaky)
+    path = tmp_path / "peerd.sock"
+    with running_server(path):
+        with pytest.raises(ControlError, match="without answering") as err:
+            request(path, "status")  # that connection is closed without an answer
+        assert err.value.code == "bad_response"
+        assert request(path, "status")["node"]["round"] == 3  # still serving

@@ -1,0 +1,280 @@
+"""Framed I/O (peerd.net.framing, re-exported by peerd.net.transport) and identity helpers, without
+a network."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import subprocess
+import sys
+from typing import Any, cast
+
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from peerd.net.framing import TrioFramedStream
+from peerd.net.transport import (
+    FrameTooLargeError,
+    PeerStats,
+    Stream,
+    StreamClosedError,
+    TransportTimeoutError,
+    peer_id_from_public_key,
+    read_frame,
+    tcp_multiaddr,
+    write_frame,
+)
+
+
+class FakeRaw:
+    """Stands in for a libp2p stream: serves ``incoming`` in pieces, records writes."""
+
+    def __init__(self, incoming: bytes = b"", piece: int = 1 << 20, stall: bool = False) -> None:
+        self.incoming = bytearray(incoming)
+        self.piece = piece
+        self.stall = stall  # after the data runs out: hang (True) or EOF (False)
+        self.written = bytearray()
+        self.read_calls: list[int] = []
+
+    async def read(self, n: int) -> bytes:
+        self.read_calls.append(n)
+        await trio.sleep(0)
+        if not self.incoming:
+            if self.stall:
+                await trio.sleep_forever()
+            from libp2p.network.stream.exceptions import StreamEOF
+
+            raise StreamEOF()
+        take = min(n, self.piece, len(self.incoming))
+        out = bytes(self.incoming[:take])
+        del self.incoming[:take]
+        return out
+
+    async def write(self, data: bytes) -> None:
+        await trio.sleep(0)
+        self.written += data
+
+
+def make_stream(raw: FakeRaw) -> tuple[Stream, PeerStats]:
+    stats = PeerStats()
+    return Stream(cast(Any, raw), "12D3KooWtest", stats), stats
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def test_roundtrip_through_write_and_read() -> None:
+    async def main() -> None:
+        out = FakeRaw()
+        s, stats = make_stream(out)
+        await write_frame(s, b"hello")
+        await write_frame(s, b"")
+        assert bytes(out.written) == frame(b"hello") + frame(b"")
+        assert stats.bytes_out == 4 + 5 + 4
+
+        # Delivered one byte at a time: the reader must reassemble.
+        inp = FakeRaw(bytes(out.written), piece=1)
+        r, rstats = make_stream(inp)
+        assert await read_frame(r, 100) == b"hello"
+        assert await read_frame(r, 100) == b""
+        assert rstats.bytes_in == len(out.written)
+
+    trio.run(main)
+
+
+def test_gossip_frame_io_protocol() -> None:
+    """Stream.send(parts)/recv(max_len) is peerd.net.gossip's FrameIO: one frame per call."""
+
+    async def main() -> None:
+        out = FakeRaw()
+        s, _ = make_stream(out)
+        await s.send([b"ab", memoryview(b"cd"), bytearray(b""), b"e"])
+        assert bytes(out.written) == frame(b"abcde")
+        r, _ = make_stream(FakeRaw(bytes(out.written), piece=3))
+        assert await r.recv(5) == b"abcde"
+        r, _ = make_stream(FakeRaw(bytes(out.written)))
+        with pytest.raises(FrameTooLargeError):
+            await r.recv(4)
+
+    trio.run(main)
+
+
+def test_oversize_prefix_refused_before_reading_body() -> None:
+    async def main() -> None:
+        raw = FakeRaw(struct.pack(">I", 2**31) + b"x" * 1000)
+        s, stats = make_stream(raw)
+        with pytest.raises(FrameTooLargeError) as info:
+            await read_frame(s, 1024)
+        assert info.value.length == 2**31
+        assert stats.bytes_in == 4  # only the header was consumed
+        assert len(raw.incoming) == 1000  # the body is still unread
+
+    trio.run(main)
+
+
+def test_limit_is_inclusive() -> None:
+    async def main() -> None:
+        s, _ = make_stream(FakeRaw(frame(b"a" * 10)))
+        assert await read_frame(s, 10) == b"a" * 10
+        s, _ = make_stream(FakeRaw(frame(b"a" * 11)))
+        with pytest.raises(FrameTooLargeError):
+            await read_frame(s, 10)
+
+    trio.run(main)
+
+
+def test_truncated_frame_is_closed_error() -> None:
+    async def main() -> None:
+        s, _ = make_stream(FakeRaw(struct.pack(">I", 100) + b"short"))
+        with pytest.raises(StreamClosedError):
+            await read_frame(s, 1000)
+        s, _ = make_stream(FakeRaw(b"\x00\x00"))  # half a header
+        with pytest.raises(StreamClosedError):
+            await read_frame(s, 1000)
+
+    trio.run(main)
+
+
+def test_reads_are_chunked_not_sized_by_the_claim() -> None:
+    # A peer claiming a big frame and sending little must not make us ask for (and so
+    # allocate) the whole claimed length in one read.
+    async def main() -> None:
+        raw = FakeRaw(struct.pack(">I", 50 * 1024 * 1024) + b"y" * 10)
+        s, _ = make_stream(raw)
+        with pytest.raises(StreamClosedError):
+            await read_frame(s, 64 * 1024 * 1024)
+        assert max(raw.read_calls) <= 1024 * 1024
+
+    trio.run(main)
+
+
+def test_stalled_header_and_trickled_body_time_out() -> None:
+    async def main() -> None:
+        s, _ = make_stream(FakeRaw(b"", stall=True))
+        with trio.move_on_after(5) as outer, pytest.raises(TransportTimeoutError):
+            await read_frame(s, 100, timeout_s=0.05)
+        assert not outer.cancelled_caught
+
+        # Header arrives, then the body never completes: bounded by base + len/rate.
+        s, _ = make_stream(FakeRaw(struct.pack(">I", 10) + b"abc", stall=True))
+        with trio.move_on_after(5) as outer, pytest.raises(TransportTimeoutError):
+            await read_frame(s, 100, timeout_s=0.05)
+        assert not outer.cancelled_caught
+
+    trio.run(main)
+
+
+def test_bad_max_len_rejected() -> None:
+    async def main() -> None:
+        s, _ = make_stream(FakeRaw(frame(b"x")))
+        with pytest.raises(ValueError):
+            await read_frame(s, -1)
+        with pytest.raises(ValueError):
+            await read_frame(s, 2**32)
+
+    trio.run(main)
+
+
+# --- identity ---------------------------------------------------------------------------
+
+_B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+
+
+def _b58(data: bytes) -> str:
+    n = int.from_bytes(data, "big")
+    out = ""
+    while n:
+        n, r = divmod(n, 58)
+        out = _B58[r] + out
+    return "1" * (len(data) - len(data.lstrip(b"\0"))) + out
+
+
+def _spec_peer_id(pub: bytes) -> str:
+    """The libp2p peer-id spec written out independently of py-libp2p.
+
+    PublicKey protobuf {Type=Ed25519(1), Data=pub} is 36 bytes (< 42), so the multihash is
+    the identity hash: 0x00, length 0x24, then the protobuf bytes; base58btc-encoded.
+    """
+    proto = b"\x08\x01\x12\x20" + pub
+    return _b58(b"\x00" + bytes([len(proto)]) + proto)
+
+
+def _pub(key: Ed25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes_raw()
+
+
+def test_peer_id_matches_the_spec_for_several_keys() -> None:
+    for i in range(8):
+        key = Ed25519PrivateKey.from_private_bytes(hashlib.sha256(b"seed%d" % i).digest())
+        pid = peer_id_from_public_key(_pub(key))
+        assert pid.startswith("12D3KooW")
+        assert pid == _spec_peer_id(_pub(key))
+
+
+def test_protocol_identity_agrees_with_libp2p() -> None:
+    identity = pytest.importorskip(
+        "peerd.protocol.identity", reason="peerd.protocol.identity not written yet"
+    )
+    for i in range(8):
+        key = Ed25519PrivateKey.from_private_bytes(hashlib.sha256(b"k%d" % i).digest())
+        assert identity.node_id_from_public_key(_pub(key)) == peer_id_from_public_key(_pub(key))
+
+
+def test_peer_id_rejects_wrong_length() -> None:
+    with pytest.raises(ValueError):
+        peer_id_from_public_key(b"\x01" * 31)
+
+
+def test_tcp_multiaddr() -> None:
+    assert tcp_multiaddr("10.0.0.1", 4001) == "/ip4/10.0.0.1/tcp/4001"
+    assert tcp_multiaddr("fe80::1", 7) == "/ip6/fe80::1/tcp/7"
+
+
+def test_libp2p_log_noise_is_demoted_not_printed() -> None:
+    # A fresh interpreter: pytest hangs its own handlers on every logger, which would hide
+    # what happens in the daemon (Python's last-resort handler printing to stderr).
+    code = (
+        "import logging, sys\n"
+        "from peerd.net.transport import _apply_library_mends\n"
+        "_apply_library_mends()\n"
+        "logging.basicConfig(stream=sys.stdout, level=logging.DEBUG,\n"
+        "                    format='%(name)s %(levelname)s %(message)s')\n"
+        "logging.getLogger('libp2p.stream_muxer.yamux').error('routine disconnect %d', 7)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LIBP2P_DEBUG"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert "routine disconnect" not in out.stderr
+    assert ("peerd.net.transport.libp2p DEBUG ERROR libp2p.stream_muxer.yamux: "
+            "routine disconnect 7") in out.stdout
+
+
+def test_framing_works_over_any_byte_stream() -> None:
+    from trio.testing import memory_stream_pair
+
+    async def main() -> None:
+        left, right = memory_stream_pair()
+        a, b = TrioFramedStream(left, "memory"), TrioFramedStream(right, "memory")
+        await a.send([b"ab", memoryview(b"cd")])
+        await write_frame(a, b"")
+        assert await b.recv(4) == b"abcd"
+        assert await read_frame(b, 0) == b""
+        await left.send_all(struct.pack(">I", 5) + b"xyzvw")
+        assert await b.read_exactly(4) == struct.pack(">I", 5)
+
+    trio.run(main)
+
+
+def test_framing_module_does_not_import_libp2p() -> None:
+    # peerd.net.transport must stay the only module that pulls libp2p in.
+    code = ("import sys, peerd.net.framing, peerd.net.transport_config\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'libp2p'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
