@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import socket
 import subprocess
 import sys
@@ -103,31 +102,18 @@ def _toml(value: object) -> str:
 
 
 def make_fleet(root: Path, n: int, *, hosts: list[Any] | None = None) -> list[Daemon]:
-    """n members of one fresh fleet: keys, a signed manifest admitting all, state dirs."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    """n members of one fresh fleet (``root/fleet``): keys, a signed manifest admitting all,
+    state dirs ``root/node<i>``."""
+    from peerd.store.fleetdir import create_with_nodes
 
-    from peerd.protocol.identity import node_id_of, public_key_bytes
-    from peerd.protocol.limits import FLEET_ID_LEN
-    from peerd.protocol.manifest import Manifest, encode_manifest_file
-    from peerd.store.keyfile import NODE_KEY_FILE, atomic_write, write_private_key
-
-    admin = Ed25519PrivateKey.generate()
-    fleet_id = secrets.token_bytes(FLEET_ID_LEN)
-    manifest = Manifest(fleet_id, 0)
+    dirs = [root / f"node{i}" for i in range(n)]
+    fleet, ids = create_with_nodes(root / "fleet", dirs)
     daemons = []
-    for i in range(n):
-        key = Ed25519PrivateKey.generate()
-        d = root / f"node{i}"
-        write_private_key(d / NODE_KEY_FILE, key)
-        manifest = manifest.admit(public_key_bytes(key), None)
+    for i, (d, node_id) in enumerate(zip(dirs, ids, strict=True)):
         host = hosts[i] if hosts else None
-        daemons.append(Daemon(f"node{i}", d, node_id_of(key), free_port() if host is None
-                              else 4011, host.address if host else "127.0.0.1", host))
-    manifest_path = root / "manifest.peerd"
-    atomic_write(manifest_path, encode_manifest_file(manifest.sign(admin)), mode=0o644)
-    for d in daemons:
-        d.fleet = {"admin_public_key": public_key_bytes(admin).hex(),
-                   "fleet_id": fleet_id.hex(), "manifest": str(manifest_path)}
+        daemons.append(Daemon(f"node{i}", d, node_id, free_port() if host is None
+                              else 4011, host.address if host else "127.0.0.1", host,
+                              fleet=fleet.config_section()))
     return daemons
 
 

@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import trio
@@ -45,11 +46,23 @@ from peerd.core.entry import Schema
 from peerd.core.validate import ValidationLimits
 from peerd.net.framing import AfterPart, FramedStream, FrameSink, TrioFramedStream
 from peerd.net.gossip import SessionContext, run_session
-from peerd.net.transport import Stream, TransportConfig, open_transport, read_frame, write_frame
+from peerd.net.transport import (
+    Stream,
+    Transport,
+    TransportConfig,
+    open_transport,
+    read_frame,
+    write_frame,
+)
 from peerd.node.state import NodeState, sign_own, verify
 from peerd.protocol import messages as msg
 from peerd.protocol.identity import private_key_from_seed, public_key_bytes
 from peerd.protocol.manifest import Manifest
+
+if TYPE_CHECKING:
+    # trio_typing (a py-libp2p dependency) installs trio-stubs, which shadow trio's own
+    # annotations for mypy and lack TaskStatus; the runtime never imports this.
+    from trio_typing import TaskStatus
 
 #: Raw TCP receive size, the same as peerd.net.framing's READ_CHUNK_LEN.
 CHUNK = 1 << 20
@@ -113,7 +126,7 @@ async def _tcp_pair(nursery: trio.Nursery) -> tuple[trio.SocketStream, trio.Sock
     return client, await incoming.receive()
 
 
-def _frame_case(send: Callable[[], Awaitable[None]], ack: Callable[[], Awaitable[bytes]]) -> Case:
+def _frame_case(send: Callable[[], Awaitable[None]], ack: Callable[[], Awaitable[object]]) -> Case:
     async def case() -> None:
         await send()
         assert await ack() == b"k"
@@ -274,10 +287,10 @@ class MemoryIO(FramedStream):
                    after_part: AfterPart | None = None) -> None:
         await self._send.send(b"".join(parts))
 
-    async def recv(self, max_len: int, sink: FrameSink | None = None) -> bytes:
+    async def recv(self, max_len: int, sink: FrameSink | None = None) -> memoryview:
         frame = await self._recv.receive()
         assert len(frame) <= max_len
-        return frame
+        return memoryview(frame)
 
 
 def _memory_pair() -> tuple[MemoryIO, MemoryIO]:
@@ -351,8 +364,10 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
         # gossip sessions
         async def verify_only() -> None:
             b_node = fleet.fresh_b()
+            entry = msg.decode_frame(entry_bytes)
+            assert isinstance(entry, msg.Entry)
             v = await trio.to_thread.run_sync(lambda: verify(
-                msg.decode_frame(entry_bytes), fleet_id=FLEET, manifest=fleet.manifest,
+                entry, fleet_id=FLEET, manifest=fleet.manifest,
                 ledger=b_node.ledger, schema=fleet.schema, limits=b_node.limits,
                 now=time.time()))
             assert b_node.accept(v, sender=fleet.a.id, now=time.time()) is None
@@ -428,15 +443,15 @@ async def _serve_session(fleet: Fleet, stream: Stream) -> None:
 
 async def _run_host(handler: Callable[[Stream], Awaitable[None]],
                     key: Ed25519PrivateKey | None = None, *,
-                    task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED) -> None:
+                    task_status: TaskStatus[Transport] = trio.TASK_STATUS_IGNORED) -> None:
     async with open_transport(key or Ed25519PrivateKey.generate(), handler, LOOPBACK) as t:
         task_status.started(t)
         await trio.sleep_forever()
 
 
-async def _open_stream(t: object, peer_id: str, addrs: list[str], *,
-                       task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED) -> None:
-    async with t.open_stream(peer_id, addrs) as s:  # type: ignore[attr-defined]
+async def _open_stream(t: Transport, peer_id: str, addrs: list[str], *,
+                       task_status: TaskStatus[Stream] = trio.TASK_STATUS_IGNORED) -> None:
+    async with t.open_stream(peer_id, addrs) as s:
         task_status.started(s)
         await trio.sleep_forever()
 

@@ -3,6 +3,8 @@
 As root the daemons run in network namespaces on a private bridge and find each other by
 mDNS; otherwise on loopback with static peers (see :mod:`peerd.mesh.localmesh`). ``--in-process``
 runs the same algorithm without processes or sockets, with an isolated baseline beside it.
+Thin: the meshes are :mod:`peerd.mesh`'s and each daemon's status arrives typed
+(:class:`peerd.control.status.Status`); this module only drives and renders them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from peerd.control.status import Status
     from peerd.mesh.inproc import RoundReport
     from peerd.mesh.localmesh import MeshNode
 
@@ -34,7 +37,7 @@ def _short(node_id: str) -> str:
     return "…" + node_id[-6:]
 
 
-def _mesh_table(nodes: list[MeshNode], statuses: list[dict[str, Any] | None], rounds: int,
+def _mesh_table(nodes: list[MeshNode], statuses: list[Status | None], rounds: int,
                 elapsed: float) -> Table:
     table = Table(title=f"peerd demo: {len(nodes)} daemons, target {rounds} rounds "
                         f"({elapsed:.0f} s)")
@@ -47,24 +50,24 @@ def _mesh_table(nodes: list[MeshNode], statuses: list[dict[str, Any] | None], ro
             table.add_row(f"node{node.index} {_short(node.id)}", node.address, "-", "-",
                           state, "-", "-")
             continue
-        cache = ", ".join(f"{_short(c['origin'])}@{c['version']} ({c['age_s']:.0f}s)"
-                          for c in s["cache"]) or "-"
-        peers = sum(1 for p in s["peers"] if p["connected"])
-        acc = s["node"]["val_accuracy"]
+        cache = ", ".join(f"{_short(c.origin)}@{c.version} ({c.age_s:.0f}s)"
+                          for c in s.cache) or "-"
+        peers = sum(1 for p in s.peers if p.connected)
+        acc = s.node.val_accuracy
         table.add_row(f"node{node.index} {_short(node.id)}", node.address,
-                      str(s["node"]["round"]), str(s["node"]["version"]), cache, str(peers),
+                      str(s.node.round), str(s.node.version), cache, str(peers),
                       "-" if acc is None else f"{acc:.3f}")
     return table
 
 
-def _summary(nodes: list[MeshNode], statuses: list[dict[str, Any] | None]) -> dict[str, Any]:
+def _summary(nodes: list[MeshNode], statuses: list[Status | None]) -> dict[str, Any]:
     out = []
     for node, s in zip(nodes, statuses, strict=True):
-        n = s["node"] if s else {}
-        out.append({"id": node.id, "address": node.address, "round": n.get("round"),
-                    "version": n.get("version"),
-                    "cache": [c["origin"] for c in s["cache"]] if s else [],
-                    "val_accuracy": n.get("val_accuracy")})
+        out.append({"id": node.id, "address": node.address,
+                    "round": s.node.round if s else None,
+                    "version": s.node.version if s else None,
+                    "cache": [c.origin for c in s.cache] if s else [],
+                    "val_accuracy": s.node.val_accuracy if s else None})
     return {"mode": "namespaces" if nodes and nodes[0].host else "loopback", "nodes": out}
 
 
@@ -78,17 +81,17 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
         f"on loopback with static peers ({why}; mDNS stays off outside namespaces)"))
     with tempfile.TemporaryDirectory(prefix="peerd-demo-") as tmp:
         with local_mesh(Path(tmp), nodes, task=task) as mesh:
-            statuses: list[dict[str, Any] | None] = [None] * nodes
+            statuses: list[Status | None] = [None] * nodes
             start = last_progress = time.monotonic()
             best = 0
             try:
                 with Live(console=console, refresh_per_second=4, transient=as_json) as live:
                     while True:
-                        statuses = [n.status() for n in mesh]
+                        statuses = [n.poll() for n in mesh]
                         now = time.monotonic()
                         live.update(Group(_mesh_table(mesh, statuses, rounds, now - start),
                                           Text("Ctrl-C stops the mesh", style="dim")))
-                        done = [s["node"]["round"] for s in statuses if s]
+                        done = [s.node.round for s in statuses if s]
                         if done and sum(done) > best:
                             best, last_progress = sum(done), now
                         if len(done) == nodes and min(done) >= rounds:

@@ -3,35 +3,25 @@
 A fleet directory holds ``admin.key`` (the admin's Ed25519 key, 0600; keep this directory
 offline), ``fleet.json`` (fleet id and admin public key: what every node's config needs)
 and ``manifest.peerd`` (the current signed manifest, to copy to one node; it then spreads).
+Thin: parses options and prints; the directory is read and written by peerd.store.fleetdir.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.protocol.errors import ProtocolError
-from peerd.protocol.identity import public_key_bytes, public_key_from_node_id
-from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
-from peerd.protocol.manifest import (
-    MAX_MANIFEST_FILE_LEN,
-    Manifest,
-    decode_manifest_file,
-    encode_manifest_file,
-    verify_manifest,
-)
-from peerd.store.keyfile import KeyFileError, atomic_write, read_private_key, write_private_key
-
-ADMIN_KEY_FILE = "admin.key"
-FLEET_FILE = "fleet.json"
-MANIFEST_FILE = "manifest.peerd"
+from peerd.protocol.identity import public_key_from_node_id
+from peerd.protocol.limits import PUBLIC_KEY_LEN
+from peerd.protocol.manifest import Manifest
+from peerd.store import fleetdir
+from peerd.store.fleetdir import FLEET_FILE, FleetAdmin, FleetDirError, ManifestError
 
 app = typer.Typer(
     help="Fleet membership: an admin-signed manifest of who may publish entries.",
@@ -46,52 +36,26 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _read_fleet_file(path: Path) -> tuple[bytes, bytes]:
-    """(fleet id, admin public key) from a fleet.json."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        fleet_id = bytes.fromhex(data["fleet_id"])
-        admin = bytes.fromhex(data["admin_public_key"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _fail(f"cannot read {path}: {exc}") from None
-    if len(fleet_id) != FLEET_ID_LEN or len(admin) != PUBLIC_KEY_LEN:
-        raise _fail(f"{path}: fleet_id or admin_public_key has the wrong length")
-    return fleet_id, admin
+def _tampered(exc: ManifestError) -> typer.Exit:
+    return _fail(f"{exc}; it may have been tampered with")
 
 
 def _read_manifest(path: Path, admin: bytes, fleet_id: bytes) -> Manifest:
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_MANIFEST_FILE_LEN + 1)
-    except OSError as exc:
-        raise _fail(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        return verify_manifest(decode_manifest_file(data), admin, fleet_id)
-    except ProtocolError as exc:
-        raise _fail(
-            f"manifest {path} is invalid ({exc.code}): {exc.message}; "
-            "it may have been tampered with"
-        ) from None
-
-
-def _write_manifest(directory: Path, manifest: Manifest, admin_key: Ed25519PrivateKey) -> None:
-    atomic_write(
-        directory / MANIFEST_FILE,
-        encode_manifest_file(manifest.sign(admin_key)),
-        mode=0o644,
-        overwrite=True,
-    )
-
-
-def _load_admin(directory: Path) -> tuple[Ed25519PrivateKey, bytes, Manifest]:
-    fleet_id, admin_pub = _read_fleet_file(directory / FLEET_FILE)
-    try:
-        admin_key = read_private_key(directory / ADMIN_KEY_FILE)
-    except KeyFileError as exc:
+        return fleetdir.read_manifest(path, admin, fleet_id)
+    except ManifestError as exc:
+        raise _tampered(exc) from None
+    except FleetDirError as exc:
         raise _fail(str(exc)) from None
-    if public_key_bytes(admin_key) != admin_pub:
-        raise _fail(f"{ADMIN_KEY_FILE} does not match the admin key in {FLEET_FILE}")
-    return admin_key, fleet_id, _read_manifest(directory / MANIFEST_FILE, admin_pub, fleet_id)
+
+
+def _load_admin(directory: Path) -> FleetAdmin:
+    try:
+        return fleetdir.open_admin(directory)
+    except ManifestError as exc:
+        raise _tampered(exc) from None
+    except FleetDirError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _parse_expiry(text: str, now: float) -> float:
@@ -110,23 +74,13 @@ def _parse_expiry(text: str, now: float) -> float:
 @app.command("init")
 def init(directory: Annotated[Path, typer.Argument(help="New fleet directory.")]) -> None:
     """Create a fleet: admin key, fleet id and an empty manifest (seq 1)."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if (directory / ADMIN_KEY_FILE).exists():
-        raise _fail(f"{directory / ADMIN_KEY_FILE} exists: this directory already holds a fleet")
-    admin_key = Ed25519PrivateKey.generate()
-    fleet_id = secrets.token_bytes(FLEET_ID_LEN)
-    write_private_key(directory / ADMIN_KEY_FILE, admin_key)
-    info = {"fleet_id": fleet_id.hex(), "admin_public_key": public_key_bytes(admin_key).hex()}
-    atomic_write(
-        directory / FLEET_FILE,
-        (json.dumps(info, indent=2) + "\n").encode(),
-        mode=0o644,
-        overwrite=True,
-    )
-    _write_manifest(directory, Manifest(fleet_id=fleet_id, seq=1), admin_key)
-    typer.echo(f"fleet id:         {info['fleet_id']}")
-    typer.echo(f"admin public key: {info['admin_public_key']}")
-    typer.echo(f"manifest:         {directory / MANIFEST_FILE} (seq 1, no members)")
+    try:
+        fleet = fleetdir.create(directory).fleet
+    except FleetDirError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"fleet id:         {fleet.info.fleet_id.hex()}")
+    typer.echo(f"admin public key: {fleet.info.admin_public_key.hex()}")
+    typer.echo(f"manifest:         {fleet.manifest_path} (seq {fleet.manifest.seq}, no members)")
 
 
 @app.command("admit")
@@ -138,18 +92,17 @@ def admit(
     ] = None,
 ) -> None:
     """Admit (or renew) a node; re-signs the manifest with seq + 1."""
-    admin_key, _, manifest = _load_admin(fleet)
+    admin = _load_admin(fleet)
     try:
         public_key = public_key_from_node_id(node_id)
     except ProtocolError as exc:
         raise _fail(f"{node_id!r} is not a node id: {exc.message}") from None
     not_after = None if expires is None else _parse_expiry(expires, time.time())
     try:
-        manifest = manifest.admit(public_key, not_after)
-    except ValueError as exc:
+        admin = admin.admit(public_key, not_after)
+    except (ValueError, FleetDirError) as exc:
         raise _fail(str(exc)) from None
-    _write_manifest(fleet, manifest, admin_key)
-    typer.echo(f"admitted {node_id} (manifest seq {manifest.seq})")
+    typer.echo(f"admitted {node_id} (manifest seq {admin.fleet.manifest.seq})")
 
 
 @app.command("revoke")
@@ -158,16 +111,15 @@ def revoke(
     node_id: Annotated[str, typer.Argument(help="Node id to revoke (permanently).")],
 ) -> None:
     """Revoke a node for good; re-signs the manifest with seq + 1."""
-    admin_key, _, manifest = _load_admin(fleet)
+    admin = _load_admin(fleet)
     try:
         public_key_from_node_id(node_id)
-        manifest = manifest.revoke(node_id)
+        admin = admin.revoke(node_id)
     except ProtocolError as exc:
         raise _fail(f"{node_id!r} is not a node id: {exc.message}") from None
-    except ValueError as exc:
+    except (ValueError, FleetDirError) as exc:
         raise _fail(str(exc)) from None
-    _write_manifest(fleet, manifest, admin_key)
-    typer.echo(f"revoked {node_id} (manifest seq {manifest.seq})")
+    typer.echo(f"revoked {node_id} (manifest seq {admin.fleet.manifest.seq})")
 
 
 def _iso(stamp: float | None) -> str | None:
@@ -183,7 +135,6 @@ def show(
     ] = None,
 ) -> None:
     """Verify a manifest and print it; a tampered or foreign manifest exits non-zero."""
-    fleet_file = file.parent / FLEET_FILE
     if admin_key is not None:
         try:
             trusted = bytes.fromhex(admin_key)
@@ -193,21 +144,22 @@ def show(
             raise _fail(f"--admin-key must be {PUBLIC_KEY_LEN} bytes")
         trust_source = "--admin-key"
         fleet_id: bytes | None = None
-    elif fleet_file.exists():
-        fleet_id, trusted = _read_fleet_file(fleet_file)
-        trust_source = str(fleet_file)
+    elif fleetdir.has_info(file.parent):
+        try:
+            info = fleetdir.read_info(file.parent)
+        except FleetDirError as exc:
+            raise _fail(str(exc)) from None
+        fleet_id, trusted = info.fleet_id, info.admin_public_key
+        trust_source = str(file.parent / FLEET_FILE)
     else:
         raise _fail(f"no {FLEET_FILE} next to {file}: pass --admin-key to say whom to trust")
     if fleet_id is None:
         # With only an admin key, take the fleet id from the envelope: the signature still
         # binds it (it is part of the signed input), so a forged one fails verification.
         try:
-            with file.open("rb") as fh:
-                fleet_id = decode_manifest_file(fh.read(MAX_MANIFEST_FILE_LEN + 1)).fleet_id
-        except OSError as exc:
-            raise _fail(f"cannot read {file}: {exc.strerror}") from None
-        except ProtocolError as exc:
-            raise _fail(f"manifest {file} is invalid ({exc.code}): {exc.message}") from None
+            fleet_id = fleetdir.read_manifest_envelope(file).fleet_id
+        except FleetDirError as exc:
+            raise _fail(str(exc)) from None
     manifest = _read_manifest(file, trusted, fleet_id)
     data: dict[str, Any] = {
         "fleet_id": manifest.fleet_id.hex(),

@@ -6,12 +6,16 @@ against that admin key, and writes a config in which every other setting is show
 default, commented out. With ``--out FILE`` the manifest is copied next to the config and
 referenced by a relative path (relative paths are resolved against the config's folder), so
 the pair can be installed together, e.g. into ``/etc/peerd/``.
+
+Owns the commented config text (:func:`render_config`, also the source of
+``systemd/peerd.toml.example``). Otherwise thin: the fleet directory is read (and the
+manifest copied) by peerd.store.fleetdir, and the text is checked by peerd.daemon.config
+before it is written.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import tomllib
 from pathlib import Path
 from typing import Annotated
@@ -25,16 +29,9 @@ from peerd.daemon.config import (
     ConfigError,
     loads_config,
 )
-from peerd.protocol.errors import ProtocolError
-from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
-from peerd.protocol.manifest import MAX_MANIFEST_FILE_LEN, decode_manifest_file, verify_manifest
-from peerd.store.keyfile import atomic_write
-
-# The fleet directory's file names, as `peerd fleet init` (cli/fleet.py) writes them.
-FLEET_FILE = "fleet.json"
-MANIFEST_FILE = "manifest.peerd"
-#: Largest fleet.json read: it holds two hex strings; anything big is not ours.
-MAX_FLEET_FILE_LEN = 64 * 1024
+from peerd.store import fleetdir
+from peerd.store.fleetdir import FLEET_FILE, MANIFEST_FILE, Fleet, FleetDirError, ManifestError
+from peerd.store.statefile import atomic_write_raw
 
 
 def _toml_str(value: str) -> str:
@@ -115,36 +112,14 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _read_fleet(directory: Path) -> tuple[str, str]:
-    path = directory / FLEET_FILE
+def _open_fleet(directory: Path) -> Fleet:
     try:
-        with path.open("rb") as fh:
-            data = json.loads(fh.read(MAX_FLEET_FILE_LEN + 1))
-        fleet_id, admin = str(data["fleet_id"]), str(data["admin_public_key"])
-        ok = (len(bytes.fromhex(fleet_id)) == FLEET_ID_LEN
-              and len(bytes.fromhex(admin)) == PUBLIC_KEY_LEN)
-    except FileNotFoundError:
-        raise _fail(f"no {FLEET_FILE} in {directory}: is it a fleet directory "
-                    "(`peerd fleet init DIR`)?") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _fail(f"cannot read {path}: {exc}") from None
-    if not ok:
-        raise _fail(f"{path}: fleet_id or admin_public_key has the wrong length")
-    return fleet_id.lower(), admin.lower()
-
-
-def _check_manifest(path: Path, admin: str, fleet_id: str) -> int:
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_MANIFEST_FILE_LEN + 1)
-        manifest = verify_manifest(decode_manifest_file(data), bytes.fromhex(admin),
-                                   bytes.fromhex(fleet_id))
-    except OSError as exc:
-        raise _fail(f"cannot read {path}: {exc.strerror}") from None
-    except ProtocolError as exc:
-        raise _fail(f"manifest {path} does not verify against {FLEET_FILE} "
-                    f"({exc.code}): {exc.message}") from None
-    return manifest.seq
+        return fleetdir.open_fleet(directory)
+    except ManifestError as exc:
+        raise _fail(f"manifest {exc.path} does not verify against {FLEET_FILE} "
+                    f"({exc.code}): {exc.detail}") from None
+    except FleetDirError as exc:
+        raise _fail(str(exc)) from None
 
 
 def init(
@@ -158,11 +133,10 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out.")] = False,
 ) -> None:
     """Write a commented config for a node of FLEET (admin key and manifest filled in)."""
-    fleet_id, admin = _read_fleet(fleet)
-    source_manifest = fleet / MANIFEST_FILE
-    seq = _check_manifest(source_manifest, admin, fleet_id)
-    manifest = str(source_manifest.resolve()) if out is None else MANIFEST_FILE
-    text = render_config(admin_public_key=admin, fleet_id=fleet_id, manifest=manifest,
+    opened = _open_fleet(fleet)
+    manifest = str(opened.manifest_path.resolve()) if out is None else MANIFEST_FILE
+    text = render_config(admin_public_key=opened.info.admin_public_key.hex(),
+                         fleet_id=opened.info.fleet_id.hex(), manifest=manifest,
                          state_dir=str(state_dir), socket=str(socket))
     try:
         loads_config(tomllib.loads(text))  # never hand out a config the daemon would refuse
@@ -176,15 +150,14 @@ def init(
     out.parent.mkdir(parents=True, exist_ok=True)
     target_manifest = out.parent / MANIFEST_FILE
     try:
-        if target_manifest.resolve() != source_manifest.resolve():
-            # Public data (the member list is signed, not secret): 0644 like the fleet's copy.
-            tmp = target_manifest.with_name(f".{MANIFEST_FILE}.init")
-            shutil.copyfile(source_manifest, tmp)
-            tmp.chmod(0o644)
-            tmp.replace(target_manifest)
+        # The manifest as verified above, not the file again: what the config points at is
+        # what was checked.
+        fleetdir.install_manifest(opened, target_manifest)
         # The config holds no secret (public key, paths): world-readable like /etc files.
-        atomic_write(out, text.encode(), mode=0o644, overwrite=True)
+        atomic_write_raw(out, text.encode(), mode=0o644, overwrite=True)
+    except FleetDirError as exc:
+        raise _fail(str(exc)) from None
     except OSError as exc:
         raise _fail(f"cannot write {out}: {exc.strerror}") from None
-    typer.echo(f"wrote {out} and {target_manifest} (manifest seq {seq}); "
+    typer.echo(f"wrote {out} and {target_manifest} (manifest seq {opened.manifest.seq}); "
                f"start with: peerd run --config {out}")

@@ -1,4 +1,8 @@
-"""`peerd keygen`: create this node's Ed25519 identity key and print its node id."""
+"""`peerd keygen`: create this node's Ed25519 identity key and print its node id.
+
+Owns only the default state directory's resolution; the key file (format, mode, atomic
+write) is :mod:`peerd.store.keyfile`'s.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.protocol.identity import node_id_of
-from peerd.store.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key, write_private_key
+from peerd.store.keyfile import NODE_KEY_FILE, KeyFileError, new_node_key, read_private_key
 
 
 def default_state_dir() -> Path:
@@ -51,9 +54,8 @@ def keygen(
             err=True,
         )
         raise typer.Exit(1)
-    key = Ed25519PrivateKey.generate()
     try:
-        write_private_key(path, key, overwrite=force)
+        key = new_node_key(directory, overwrite=force)
     except FileExistsError:
         typer.echo(f"error: {path} was created concurrently; not overwritten", err=True)
         raise typer.Exit(1) from None

@@ -1,13 +1,13 @@
 """`peerd peers`: the daemon's known peers and traffic (a thin client of the control API).
 
 Same socket resolution and exit status as `peerd status` (3: the daemon is not running).
+The rows are :class:`peerd.control.status.PeerRow`; this module only renders them.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -19,27 +19,28 @@ from peerd.cli.status import (
     SocketOption,
     TimeoutOption,
     ask,
+    decode,
     fail,
     resolve_socket,
 )
 from peerd.control.server import DEFAULT_TIMEOUT_S, ControlError
+from peerd.control.status import PeerRow, peers_from_json
 
 
-def _ago(now: float, stamp: Any) -> str:
-    if not isinstance(stamp, int | float):
+def _ago(now: float, stamp: float | None) -> str:
+    if stamp is None:
         return "never"
     return f"{max(0.0, now - stamp):.0f} s ago"
 
 
-def render_peers(console: Console, peers: list[dict[str, Any]], now: float) -> None:
+def render_peers(console: Console, peers: tuple[PeerRow, ...], now: float) -> None:
     table = Table(title=f"peers ({len(peers)})")
     for col in ("id", "connected", "last seen", "bytes in", "bytes out", "addresses"):
         table.add_column(col, justify="right" if col.startswith("bytes") else "left",
                          overflow="fold")
     for p in peers:
-        table.add_row(str(p.get("id", "-")), "yes" if p.get("connected") else "no",
-                      _ago(now, p.get("last_seen")), str(p.get("bytes_in", "-")),
-                      str(p.get("bytes_out", "-")), "\n".join(map(str, p.get("addrs", []))))
+        table.add_row(p.id, "yes" if p.connected else "no", _ago(now, p.last_seen),
+                      str(p.bytes_in), str(p.bytes_out), "\n".join(p.addrs))
     console.print(table)
 
 
@@ -50,10 +51,12 @@ def peers(
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
     """List the peers the daemon knows: connection state, last seen, bytes in and out."""
-    answer = ask(resolve_socket(socket, config), "peers", timeout)
+    path = resolve_socket(socket, config)
+    answer = ask(path, "peers", timeout)
     if isinstance(answer, ControlError):
         raise fail(answer)
+    rows = decode(path, answer, peers_from_json)  # also for --json: never print a non-status
     if as_json:
         typer.echo(json.dumps(answer, indent=2))
         return
-    render_peers(Console(), list(answer.get("peers", [])), time.time())
+    render_peers(Console(), rows, time.time())

@@ -1,4 +1,8 @@
-"""`peerd run`: run the node in the foreground (systemd supervises it)."""
+"""`peerd run`: run the node in the foreground (systemd supervises it).
+
+Thin: loads the config and runs :class:`peerd.daemon.daemon.Daemon`. The daemon, torch and
+trio are imported only when the command runs, so the other commands stay light.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""`peerd sim`: simulated mobile agents running the Cached-DFL core on real data."""
+"""`peerd sim`: simulated mobile agents running the Cached-DFL core on real data.
+
+Thin: the options become a :class:`peerd.sim.runner.SimConfig`; the run and its output files
+are :mod:`peerd.sim`'s, imported only when the command runs.
+"""
 
 from __future__ import annotations
 

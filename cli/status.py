@@ -5,29 +5,44 @@ The socket is ``--socket``, else ``[node] socket`` of ``--config``, else that of
 
 Exit status: 0 the daemon answered; 3 the daemon is not running (with ``--state-dir DIR``
 its persisted state is printed first, marked as such); 1 any other failure (access denied,
-timeout, bad config).
+timeout, bad config, an answer that is not a status).
+
+Thin: the status' shape is :mod:`peerd.control.status`'s (this module only renders it),
+the socket is :mod:`peerd.control.server`'s, and the persisted state is read through
+:mod:`peerd.store.statedir` and :mod:`peerd.store.keyfile`, never parsed here.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from peerd.control.server import DEFAULT_TIMEOUT_S, ControlError, request
+from peerd.control.server import DEFAULT_TIMEOUT_S, ControlError, decode_result, request
+from peerd.control.status import (
+    OfflineCacheRow,
+    OfflineNode,
+    OfflineStatus,
+    Status,
+    from_json,
+    to_json,
+)
 from peerd.daemon.config import DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, ConfigError, load_config
 from peerd.protocol.identity import node_id_of
 from peerd.store.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key
-from peerd.store.statedir import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir, StateError
+from peerd.store.statedir import StateDir, StateError, persisted_cache
 
 EXIT_ERROR = 1
 #: Like `systemctl status` for an inactive unit: scripts can tell "down" from "broken".
 EXIT_NOT_RUNNING = 3
+
+T = TypeVar("T")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the daemon's JSON as is.")]
 # readable=False: click's own readability check would pre-empt ours with a usage error; an
@@ -71,7 +86,15 @@ def fail(exc: ControlError, *, hint: str = "") -> typer.Exit:
     return typer.Exit(EXIT_NOT_RUNNING if exc.code == "not_running" else EXIT_ERROR)
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
+def decode(socket: Path, answer: dict[str, Any], how: Callable[[dict[str, Any]], T]) -> T:
+    """The typed form of the daemon's answer; exits 1 (with the reason) on a wrong shape."""
+    try:
+        return decode_result(socket, how, answer)
+    except ControlError as exc:
+        raise fail(exc) from None
+
+
+def _fmt(value: float | str | None, digits: int = 3) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -81,30 +104,29 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def _short(node_id: Any) -> str:
+def _short(node_id: str | None) -> str:
     # Ed25519 peer ids share the "12D3KooW" prefix: the tail is what tells nodes apart.
     text = str(node_id)
     return text if len(text) <= 16 else f"…{text[-12:]}"
 
 
-def _ts(stamp: Any) -> str:
-    if not isinstance(stamp, int | float):
+def _ts(stamp: float | None) -> str:
+    if stamp is None:
         return "-"
     return time.strftime("%H:%M:%S", time.localtime(stamp))
 
 
-def render_status(console: Console, status: dict[str, Any]) -> None:
-    node = status.get("node", {})
-    cfg = status.get("config", {})
-    console.print(f"[bold]node[/bold] {node.get('id', '-')}  fleet {node.get('fleet', '-')}")
-    console.print(f"round {_fmt(node.get('round'))}  version {_fmt(node.get('version'))}  "
-                  f"examples {_fmt(node.get('examples'))}  "
-                  f"train loss {_fmt(node.get('train_loss'))}  "
-                  f"val accuracy {_fmt(node.get('val_accuracy'))}")
-    console.print(f"τ_max {_fmt(cfg.get('tau_max'), 1)}  C {_fmt(cfg.get('capacity'))}  "
-                  f"ρ {_fmt(cfg.get('rho'), 4)}  K {_fmt(cfg.get('local_steps'))}  "
-                  f"α {_fmt(cfg.get('alpha'))}")
-    cache = status.get("cache", [])
+def render_status(console: Console, status: Status) -> None:
+    node, cfg = status.node, status.config
+    console.print(f"[bold]node[/bold] {node.id}  fleet {node.fleet}")
+    console.print(f"round {_fmt(node.round)}  version {_fmt(node.version)}  "
+                  f"examples {_fmt(node.examples)}  "
+                  f"train loss {_fmt(node.train_loss)}  "
+                  f"val accuracy {_fmt(node.val_accuracy)}")
+    console.print(f"τ_max {_fmt(cfg.tau_max, 1)}  C {_fmt(cfg.capacity)}  "
+                  f"ρ {_fmt(cfg.rho, 4)}  K {_fmt(cfg.local_steps)}  "
+                  f"α {_fmt(cfg.alpha)}")
+    cache = status.cache
     table = Table(title=f"cache ({len(cache)} entries)")
     for col in ("origin", "version", "age s", "staleness", "examples", "α", "drift",
                 "from", "received", "verified"):
@@ -112,16 +134,14 @@ def render_status(console: Console, status: dict[str, Any]) -> None:
         table.add_column(col, justify="left" if col in ("origin", "from") else "right",
                          overflow="fold")
     for e in cache:
-        table.add_row(_short(e.get("origin")), _fmt(e.get("version")), _fmt(e.get("age_s"), 1),
-                      _fmt(e.get("staleness"), 1), _fmt(e.get("examples")),
-                      _fmt(e.get("alpha")), _fmt(e.get("drift"), 4),
-                      _short(e.get("received_from")), _ts(e.get("received_at")),
-                      _fmt(e.get("verified")))
+        table.add_row(_short(e.origin), _fmt(e.version), _fmt(e.age_s, 1),
+                      _fmt(e.staleness, 1), _fmt(e.examples), _fmt(e.alpha), _fmt(e.drift, 4),
+                      _short(e.received_from), _ts(e.received_at), _fmt(e.verified))
     console.print(table)
-    peers = status.get("peers", [])
-    connected = sum(1 for p in peers if p.get("connected"))
+    peers = status.peers
+    connected = sum(1 for p in peers if p.connected)
     console.print(f"peers: {connected} connected, {len(peers)} known (`peerd peers` for details)")
-    rejected = status.get("rejected", {})
+    rejected = status.rejected
     if rejected:
         rt = Table(title="rejected entries")
         rt.add_column("reason")
@@ -133,7 +153,7 @@ def render_status(console: Console, status: dict[str, Any]) -> None:
         console.print("rejected entries: none")
 
 
-def offline_status(state_dir: Path) -> dict[str, Any]:
+def offline_status(state_dir: Path) -> OfflineStatus:
     """What the state directory says while the daemon is down (``"running": false``)."""
     if not state_dir.is_dir():
         raise StateError(2, f"no state directory at {state_dir}")
@@ -145,49 +165,35 @@ def offline_status(state_dir: Path) -> dict[str, Any]:
     # tightening, cleaning temporary files or quarantining here would pull files from under it.
     state = StateDir(state_dir, readonly=True)
     counters = state.load_counters()
-    index = _cache_index(state)
-    cache = []
-    for name in state.list_blobs(ENTRY_BLOB_PREFIX):
-        origin = name.removeprefix(ENTRY_BLOB_PREFIX)
-        meta = index.get(origin)
-        meta = meta if isinstance(meta, dict) else {}
-        cache.append({"origin": origin, "version": meta.get("version"),
-                      "received_from": meta.get("received_from"),
-                      "received_at": meta.get("received_at"),
-                      "blob": name, "bytes": (state.blobs / name).stat().st_size})
-    return {"running": False, "state_dir": str(state_dir),
-            "node": {"id": node_id, "round": counters.round, "version": counters.version,
-                     "counters_lost": counters.lost},
-            "cache": cache}
+    # The cache index is read (and its values typed) by peerd.store.statedir, which owns it.
+    cache = [OfflineCacheRow(origin=e.origin, version=e.version,
+                             received_from=e.received_from, received_at=e.received_at,
+                             blob=e.blob, bytes=e.size)
+             for e in persisted_cache(state)]
+    return OfflineStatus(running=False, state_dir=str(state_dir),
+                         node=OfflineNode(id=node_id, round=counters.round,
+                                          version=counters.version,
+                                          counters_lost=counters.lost),
+                         cache=tuple(cache))
 
 
-def _cache_index(state: StateDir) -> dict[str, Any]:
-    # Written by the daemon (peerd.store.persist); its absence or an odd shape only costs detail.
-    raw = state.read_blob(CACHE_INDEX_BLOB)
-    try:
-        index = json.loads(raw) if raw is not None else {}
-    except ValueError:
-        return {}
-    return index if isinstance(index, dict) else {}
-
-
-def _print_offline(console: Console, info: dict[str, Any], as_json: bool) -> None:
+def _print_offline(console: Console, info: OfflineStatus, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps(info, indent=2))
+        typer.echo(json.dumps(to_json(info), indent=2))
         return
-    node = info["node"]
-    console.print(f"[bold]peerd is not running[/bold]; persisted state in {info['state_dir']}:")
-    console.print(f"node {node['id'] or '- (no readable node.key)'}  round {node['round']}  "
-                  f"version {node['version']}")
-    if node["counters_lost"]:
+    node = info.node
+    console.print(f"[bold]peerd is not running[/bold]; persisted state in {info.state_dir}:")
+    console.print(f"node {node.id or '- (no readable node.key)'}  round {node.round}  "
+                  f"version {node.version}")
+    if node.counters_lost:
         console.print("[red]the counter files were corrupt and have been quarantined[/red]")
-    table = Table(title=f"persisted cache ({len(info['cache'])} entries, not verified)")
+    table = Table(title=f"persisted cache ({len(info.cache)} entries, not verified)")
     for col in ("origin", "version", "from", "received", "bytes"):
         table.add_column(col, justify="right" if col in ("version", "bytes") else "left",
                          overflow="fold")
-    for c in info["cache"]:
-        table.add_row(str(c["origin"]), _fmt(c["version"]), _short(c["received_from"]),
-                      _ts(c["received_at"]), str(c["bytes"]))
+    for c in info.cache:
+        table.add_row(c.origin, _fmt(c.version), _short(c.received_from),
+                      _ts(c.received_at), str(c.bytes))
     console.print(table)
 
 
@@ -216,7 +222,8 @@ def status(
             raise typer.Exit(EXIT_NOT_RUNNING) from None
         _print_offline(console, info, as_json)
         raise typer.Exit(EXIT_NOT_RUNNING)
+    typed = decode(path, answer, from_json)  # also for --json: never print a non-status
     if as_json:
         typer.echo(json.dumps(answer, indent=2))
     else:
-        render_status(console, answer)
+        render_status(console, typed)

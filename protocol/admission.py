@@ -12,8 +12,11 @@ Order (each step only runs if the previous passed):
  8. SHA-256 of the payload == signed digest                       PAYLOAD_MISMATCH
  9. zero-copy tensor views                                        MALFORMED
 Membership is checked before the signature so strangers cost a dictionary lookup, and
-the ledger before hashing so a replayed 44 MB entry costs no hash. Finite/norm checks
-belong to the core validator (``tensors.check_finite`` is available for it).
+the ledger before hashing so a replayed 44 MB entry costs no hash.
+
+Must not: check finite values or the norm (``peerd.core.validate`` does, called from
+``peerd.node.state.verify``), cache or weigh an entry (``peerd.core.cache`` and ``alpha``),
+or read a file: a mapped payload is hashed through the ``sha256`` callable passed in.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ The body carries everything a receiver must trust about an entry: type, fleet id
 version, created_at, schema id, num_examples, the tensor index and the payload's SHA-256
 and length. Provenance (who relayed it, when it arrived) is deliberately *not* signed:
 relays forward the origin's envelope untouched.
+
+Must not verify (``admission.py`` does) nor write to the tensors it signs: the payload
+parts alias the caller's arrays wherever their layout allows it.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ and only decoded afterwards, so nothing is ever re-encoded to be verified.
 ``fleet`` travels in clear beside the body so that an envelope for another fleet is
 reported as ``WRONG_FLEET`` rather than as a bad signature; it is not trusted on its own
 (the signature is checked with *our* fleet id, and the body repeats it).
+
+Never decodes a body: entries and manifests parse their own, after :meth:`verify`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The one exception type everything hostile turns into.
 
 The daemon counts rejections by :class:`~peerd.core.reasons.Reason`, so every refusal
-carries one; ``code`` is what goes into an ``Error`` message on the wire.
+carries one; ``code`` is what goes into an ``Error`` message on the wire. The reasons
+themselves are not defined here: they live in ``peerd.core.reasons``, shared with the core.
 """
 
 from __future__ import annotations

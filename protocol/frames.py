@@ -5,6 +5,11 @@ whatever chunks the transport delivers (one byte at a time works) and yields com
 frames. The length is checked against the limit *before* anything is buffered for it, and
 buffer memory grows only with bytes actually received, so a peer claiming a 2 GiB frame and
 then stalling costs us nothing.
+
+This module is the one place the 4-byte header is written (:func:`frame_header`) and read
+(:func:`parse_frame_header`, with its limit check): the daemon's streaming reader
+(``peerd.net.framing``) uses both, so the format and its limits cannot drift apart. It does
+no I/O and must not: the transport owns sockets and deadlines.
 """
 
 from __future__ import annotations
@@ -24,6 +29,27 @@ from peerd.protocol.limits import (
 )
 
 _HEADER = struct.Struct(">I")
+
+
+class FrameTooLargeError(ProtocolError):
+    """A length prefix above the reader's limit. The body was not read, so the stream is
+    desynchronised: the reader must stop reading it (reset it where the transport can)."""
+
+    def __init__(self, length: int, max_len: int) -> None:
+        super().__init__(Reason.TOO_LARGE, f"frame of {length} bytes exceeds limit {max_len}")
+        self.length = length
+        self.max_len = max_len
+
+
+def parse_frame_header(header: bytes | bytearray | memoryview, max_len: int) -> int:
+    """The body length a 4-byte prefix announces, refused before any of the body is read or
+    allocated if it exceeds ``max_len`` (inclusive limit): :class:`FrameTooLargeError`."""
+    if len(header) != FRAME_HEADER_LEN:
+        raise ValueError(f"a frame header is {FRAME_HEADER_LEN} bytes, not {len(header)}")
+    (length,) = _HEADER.unpack(header)
+    if length > max_len:
+        raise FrameTooLargeError(length, max_len)
+    return int(length)
 
 
 def frame_header(length: int) -> bytes:
@@ -92,13 +118,13 @@ class FrameDecoder:
                 pos += take
                 if len(self._header) < FRAME_HEADER_LEN:
                     break
-                (length,) = _HEADER.unpack(self._header)
-                self._header.clear()
-                if length > self._max:
-                    self._failed = ProtocolError(
-                        Reason.TOO_LARGE, f"frame of {length} bytes exceeds limit {self._max}"
-                    )
-                    raise self._failed
+                try:
+                    length = parse_frame_header(self._header, self._max)
+                except FrameTooLargeError as exc:
+                    self._failed = exc
+                    raise
+                finally:
+                    self._header.clear()
                 self._body = _alloc(length)
                 self._filled = 0
                 self._need = length

@@ -4,6 +4,8 @@ A node id is the libp2p peer id of the node's Ed25519 key: base58btc of the iden
 multihash ``0x00 <len>`` wrapping the protobuf ``PublicKey {1: Ed25519 (=1), 2: key}``.
 Because the multihash is the identity function, the public key is recoverable from the id;
 envelopes carry the key anyway and we check that it matches the id they claim.
+
+Never generates, reads or stores a key: that is ``peerd.store`` (``keyfile``, ``fleetdir``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ counted, not an attack by itself since gossip re-delivers); the same version wit
 digest is EQUIVOCATION, proven by two valid signatures from the origin, and flags it.
 Entries from a flagged origin are refused until an operator clears the flag: an origin
 that signs two different models under one version cannot be trusted to mean either.
+
+Holds no clock and writes no file: the node keeps it in memory (``peerd.node.state``) and
+rebuilds it at start from the entries ``peerd.store.persist`` verifies again.
 """
 
 from __future__ import annotations

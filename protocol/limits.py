@@ -2,6 +2,8 @@
 
 These are checked *before* allocation wherever the format allows it (frame length
 prefix, msgpack container headers, signed payload length against the local schema).
+Constants only, no code. A limit that depends on the model (an entry's payload) comes from
+the local schema, not from here; validation limits (norm, examples) are ``peerd.core``'s.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ admin key, whose body lists the fleet id, a strictly increasing ``seq``, the mem
 id, public key, optional ``not_after``) and the revoked node ids. Nodes accept a manifest
 only if it verifies against the admin key from their own configuration and its ``seq`` is
 higher than the one they hold; it then spreads between nodes like an entry.
+
+It encodes and decodes the manifest file's bytes but never opens a file: its callers
+(``peerd.store.fleetdir``, ``peerd.store.persist``, the daemon) read and write them.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ one exception to "exactly one msgpack object": its map is followed by the raw te
 payload (whose length the signed body states), so that 44 MB of parameters are hashed and
 viewed in place instead of being copied out of a msgpack ``bin``. Every other frame must be
 at most :data:`MAX_CONTROL_FRAME_LEN` bytes and contain nothing after its map.
+
+Decoding checks form only: it never verifies a signature (``admission``, ``manifest``) and
+never decides when a message may come (``session``).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ its raw little-endian C-contiguous bytes. The index lists ``(name, dtype, shape,
 per tensor and must describe exactly that layout, so one set of tensors has one payload
 and one digest. Never pickle, never ``torch.load``: decoding is ``numpy.frombuffer``.
 
-bfloat16 has no numpy dtype: it travels as ``uint16`` arrays tagged ``"bfloat16"``; the
-torch side reinterprets them with ``torch.frombuffer(..., dtype=torch.bfloat16)``.
+bfloat16 has no numpy dtype: it travels as ``uint16`` arrays tagged ``"bfloat16"``. Numpy
+only, no torch: the torch side (``peerd.node.state``, ``peerd.store.spool``) reinterprets
+the same 2-byte words as ``torch.bfloat16`` without a copy.
 """
 
 from __future__ import annotations

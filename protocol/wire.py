@@ -3,7 +3,8 @@
 msgpack happily decodes NaN floats, ext types, integer keys, duplicate keys and huge
 container headers. The decoder below is configured to refuse the dangerous ones *before*
 allocation; the :class:`Fields` reader then type-checks every value, because "it parsed"
-says nothing about "it is what the message needs".
+says nothing about "it is what the message needs". It knows no message: which keys and
+types each one has is for ``messages``, ``envelope``, ``entry`` and ``manifest`` to say.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def unpack_prefix(data: bytes | bytearray | memoryview, max_len: int) -> tuple[A
         raise
     except msgpack.OutOfData:
         malformed("truncated msgpack object")
-    except Exception as exc:  # msgpack's exception set is not a closed, documented set
+    # msgpack's exception set is not a closed, documented set
+    except Exception as exc:  # noqa: BLE001
         malformed(f"invalid msgpack: {type(exc).__name__}: {exc}")
     _check_depth(obj, 0)
     return obj, consumed

@@ -3,8 +3,8 @@
 Protocol (API version 1): the client connects, sends one JSON object on one line
 ``{"api": 1, "method": "status"}`` and reads one JSON line back, then the server closes:
 
-* ``{"api": 1, "ok": true, "result": {...}}`` -- ``status`` returns the full status dict
-  (shape in :data:`STATUS_SHAPE`), ``peers`` returns ``{"peers": [...]}``;
+* ``{"api": 1, "ok": true, "result": {...}}`` -- ``status`` returns the full status
+  (:func:`peerd.control.status.to_json`), ``peers`` returns ``{"peers": [...]}``;
 * ``{"api": 1, "ok": false, "error": {"code": "...", "message": "..."}}`` for a bad request,
   an API version the server does not speak, an unknown method or a provider failure.
 
@@ -12,7 +12,11 @@ Access control is the socket file's mode: 0600 (the daemon's user only) or 0660 
 (``[node] socket_group``). The file is bound inside a private 0700 directory, chmod-ed and
 only then renamed into place, so it is never reachable with wider permissions, even briefly.
 The server runs on trio (the daemon's event loop, because py-libp2p is trio-based); the client
-is synchronous stdlib code so the CLI stays light.
+is synchronous stdlib code so the CLI stays light. :func:`request` returns the raw result;
+:func:`request_status` and :func:`request_peers` decode it into the typed status.
+
+This module owns the socket and the request/response envelope, not the status' shape
+(:mod:`peerd.control.status`); it must not import the daemon.
 """
 
 from __future__ import annotations
@@ -27,11 +31,21 @@ import shutil
 import socket
 import stat
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
+
+from peerd.control.status import (
+    PeerRow,
+    Status,
+    StatusError,
+    from_json,
+    peers_from_json,
+    peers_to_json,
+    to_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +69,11 @@ DEFAULT_TIMEOUT_S = 5.0
 #: AF_UNIX sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_LEN = 107
 
-#: The status dict's required keys (extra keys are allowed anywhere).
-STATUS_SHAPE: dict[str, tuple[str, ...]] = {
-    "node": ("id", "fleet", "round", "version", "examples", "train_loss", "val_accuracy"),
-    "config": ("tau_max", "capacity", "rho", "local_steps", "alpha"),
-    "cache": ("origin", "version", "created_at", "age_s", "staleness", "examples", "alpha",
-              "drift", "received_from", "received_at", "verified"),
-    "peers": ("id", "addrs", "connected", "last_seen", "bytes_in", "bytes_out"),
-    "rejected": (),
-}
+#: What the daemon hands the server: a callable returning the current status. It runs in the
+#: trio thread, so it must be quick and must not block (read in-memory state only).
+StatusProvider = Callable[[], Status]
 
-#: What the daemon hands the server: a callable returning the current status dict. It runs
-#: in the trio thread, so it must be quick and must not block (read in-memory state only).
-StatusProvider = Callable[[], Mapping[str, Any]]
+T = TypeVar("T")
 
 
 class ControlError(Exception):
@@ -77,25 +83,6 @@ class ControlError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def status_shape_errors(status: Mapping[str, Any]) -> list[str]:
-    """Missing or mistyped keys of a status dict (empty list: the shape is right)."""
-    problems: list[str] = []
-    for section, keys in STATUS_SHAPE.items():
-        value = status.get(section)
-        is_list = section in ("cache", "peers")
-        if not isinstance(value, list if is_list else dict):
-            problems.append(f"{section}: expected a {'list' if is_list else 'dict'}")
-            continue
-        rows = value if is_list else [value]
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                problems.append(f"{section}[{i}]: expected a dict")
-                continue
-            where = f"{section}[{i}]" if is_list else section
-            problems += [f"{where}.{k}: missing" for k in keys if k not in row]
-    return problems
 
 
 # ---------------------------------------------------------------------------- server
@@ -123,8 +110,8 @@ def dispatch(raw: bytes, provider: StatusProvider) -> dict[str, Any]:
         return _error("unknown_method",
                       f"unknown method {method!r}; known: {', '.join(METHODS)}")
     try:
-        status = dict(provider())
-        result = status if method == "status" else {"peers": status.get("peers", [])}
+        status = provider()
+        result = to_json(status) if method == "status" else peers_to_json(status.peers)
         json.dumps(result)  # fail here, as an error response, not half-way through sending
     except Exception as exc:
         log.exception("control: status provider failed")
@@ -351,3 +338,25 @@ def request(socket_path: Path, method: str, timeout: float = DEFAULT_TIMEOUT_S) 
     if not isinstance(result, dict):
         raise ControlError("bad_response", f"response from {socket_path} has no result object")
     return result
+
+
+def decode_result(socket_path: Path, decode: Callable[[dict[str, Any]], T],
+                  result: dict[str, Any]) -> T:
+    """``decode(result)`` of a :func:`request` answer; a wrong shape is a ``bad_response``
+    :class:`ControlError` (a daemon of another release, or not a peerd socket)."""
+    try:
+        return decode(result)
+    except StatusError as exc:
+        raise ControlError("bad_response", f"the daemon at {socket_path} answered a status "
+                                           f"this CLI cannot read ({exc}); use the peerd CLI "
+                                           "of the same release") from None
+
+
+def request_status(socket_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> Status:
+    """Ask the daemon for its status, decoded; :class:`ControlError` as :func:`request`."""
+    return decode_result(socket_path, from_json, request(socket_path, "status", timeout))
+
+
+def request_peers(socket_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[PeerRow, ...]:
+    """Ask the daemon for its peers, decoded; :class:`ControlError` as :func:`request`."""
+    return decode_result(socket_path, peers_from_json, request(socket_path, "peers", timeout))

@@ -1,103 +1,301 @@
-"""The daemon's status as the control API serves it (``peerd status --json``).
+"""The daemon's status as typed values, and its one JSON codec (the schema lives here once).
 
-Shape (extra fields allowed)::
+``peerd status --json`` prints :func:`to_json` of a :class:`Status`; ``peerd status`` and the
+demo read the same :class:`Status` back with :func:`from_json` (``peerd peers`` its rows with
+:func:`peers_from_json`; the metrics endpoint is handed the value itself), which checks the
+shape and raises :class:`StatusError` naming every key that is missing or of the wrong type.
+The dataclasses below *are* the schema: a key's JSON name is the field's name and keys appear
+in field order, so adding a field adds it to the JSON, to the decoder and to the documented
+shape (``docs/operations.md``; a test holds the three together).
 
-    {"node": {"id", "fleet", "round", "version", "examples", "train_loss", "val_accuracy"},
-     "config": {"tau_max", "capacity", "rho", "local_steps", "alpha"},
-     "cache": [{"origin", "version", "created_at", "age_s", "staleness", "examples",
-                "alpha", "drift", "received_from", "received_at", "verified"}],
-     "peers": [{"id", "addrs", "connected", "last_seen", "bytes_in", "bytes_out"}],
-     "rejected": {"<reason>": count}}
+JSON rules: tuples are lists, mappings are objects, an optional number that is NaN or
+infinite is ``null`` (JSON has no spelling for them), unknown keys are ignored on decoding
+(the documented contract: extra fields may appear), and numbers keep their JSON form (an
+integral ``created_at`` stays an integer) so decoding and re-encoding gives back the same bytes.
 
-NaN and infinities become ``null``: JSON has no spelling for them.
+This module is pure and light (``peerd status`` imports it without torch or libp2p): it must
+not import the daemon, the transport or the node state. :mod:`peerd.control.snapshot` builds a
+:class:`Status` from them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
-if TYPE_CHECKING:
-    from peerd.daemon.daemon import Daemon
+from peerd.node.peers import PeerSource
+
+Staleness = Literal["time", "rounds"]
 
 
-def _num(x: float | None) -> float | None:
+class StatusError(ValueError):
+    """A status (or peers) document that does not have the schema's shape."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("malformed status: " + "; ".join(problems))
+        self.problems = problems
+
+
+def finite(x: float | None) -> float | None:
+    """``x``, or None when it is missing, NaN or infinite (how an optional number is shown)."""
     return None if x is None or not math.isfinite(x) else x
 
 
-def build_status(d: Daemon) -> dict[str, Any]:
-    node, m, learning = d.node, d.metrics, d.cfg.learning
-    now = d.now()
-    clock = node.clock(now)
-    stats = d.transport.peer_stats() if hasattr(d, "transport") else {}
-    bytes_in, bytes_out = d.transport.byte_totals() if hasattr(d, "transport") else (0, 0)
-    connected = set(d.transport.connected_peers()) if hasattr(d, "transport") else set()
-    cache = [
-        {
-            "origin": item.meta.origin,
-            "version": item.meta.version,
-            "created_at": item.meta.created_at,
-            "age_s": now - item.meta.created_at,
-            "staleness": clock.staleness(item.meta),
-            "examples": item.meta.num_examples,
-            "alpha": _num(m.alpha.get(item.meta.origin)),
-            "drift": _num(m.drift.get(item.meta.origin)),
-            "received_from": item.received_from,
-            "received_at": item.received_at,
-            "verified": item.verified,
-        }
-        for item in node.cache
-    ]
-    peers = []
-    for pid in sorted(set(d.peers) | connected):
-        p = d.peers.get(pid)
-        s = stats.get(pid)
-        peers.append({
-            "id": pid,
-            "addrs": list(p.addrs) if p else [],
-            "connected": pid in connected,
-            "last_seen": p.last_seen if p else (s.last_seen if s else None),
-            "bytes_in": s.bytes_in if s else 0,
-            "bytes_out": s.bytes_out if s else 0,
-            "budget_refusals": s.budget_refusals if s else 0,
-            "source": p.source if p else "inbound",
-            "sessions": p.sessions if p else 0,
-            "last_error": p.last_error if p else None,
-        })
-    own = node.own
-    return {
-        "node": {
-            "id": node.id,
-            "fleet": node.fleet_id.hex(),
-            "round": m.round,
-            "version": m.version,
-            "examples": m.examples,
-            "train_loss": _num(m.train_loss),
-            "val_loss": _num(m.val_loss),
-            "val_accuracy": _num(m.val_accuracy),
-            "own_alpha": _num(m.alpha.get(node.id)),
-            "published_version": own.entry.meta.version if own else None,
-            "manifest_seq": node.manifest.seq,
-            "listen": d.listen_addrs,
-            # Since start, peers no longer listed included (the metrics' byte counters).
-            "bytes_in": bytes_in,
-            "bytes_out": bytes_out,
-        },
-        "config": {
-            "tau_max": learning.tau_max,
-            "staleness": learning.staleness,
-            "capacity": learning.capacity,
-            "rho": learning.rho,
-            "local_steps": learning.local_steps,
-            "alpha": learning.alpha,
-            "epsilon": learning.epsilon,
-            "round_interval_s": learning.round_interval_s,
-            "task": d.cfg.task.name,
-        },
-        "cache": cache,
-        "peers": peers,
-        "accepted": node.accepted,
-        "rejected": dict(sorted(node.rejected.items())),
-        "dropped": dict(sorted(node.dropped.items())),
-        "flagged": sorted(node.ledger.flagged),
-    }
+# ---------------------------------------------------------------------------- the schema
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    id: str
+    fleet: str  # hex
+    round: int
+    version: int  # of the own model (published or not)
+    examples: int
+    train_loss: float | None
+    val_loss: float | None
+    val_accuracy: float | None
+    own_alpha: float | None
+    published_version: int | None
+    manifest_seq: int
+    listen: tuple[str, ...]
+    #: Since start, peers no longer listed included (the metrics' byte counters).
+    bytes_in: int
+    bytes_out: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigStatus:
+    """The learning settings a node runs with (built by ``Config.status_config`` only)."""
+
+    tau_max: float
+    staleness: Staleness
+    capacity: int
+    rho: float
+    local_steps: int
+    alpha: str
+    epsilon: float
+    round_interval_s: float
+    task: str
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRow:
+    origin: str
+    version: int
+    created_at: float
+    age_s: float
+    staleness: float  # seconds or rounds, per ConfigStatus.staleness
+    examples: int
+    alpha: float | None
+    drift: float | None
+    received_from: str | None
+    received_at: float
+    verified: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRow:
+    id: str
+    addrs: tuple[str, ...]
+    connected: bool
+    last_seen: float | None
+    bytes_in: int
+    bytes_out: int
+    budget_refusals: int
+    source: PeerSource
+    sessions: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What ``peerd status --json`` prints: one snapshot, never changed once built."""
+
+    node: NodeStatus
+    config: ConfigStatus
+    cache: tuple[CacheRow, ...]
+    peers: tuple[PeerRow, ...]
+    accepted: int  # entries admitted into the cache since start
+    rejected: Mapping[str, int]  # by reason, sorted: hostile or broken entries
+    dropped: Mapping[str, int]  # by reason, sorted: benign (stale, not newer, evicted)
+    flagged: tuple[str, ...]  # origins caught equivocating
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineNode:
+    id: str | None  # None: no readable node.key
+    round: int
+    version: int
+    counters_lost: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineCacheRow:
+    origin: str
+    version: int | None
+    received_from: str | None
+    received_at: float | None
+    blob: str
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineStatus:
+    """``peerd status --state-dir DIR --json`` while the daemon is down: what the disk holds."""
+
+    running: Literal[False]
+    state_dir: str
+    node: OfflineNode
+    cache: tuple[OfflineCacheRow, ...]
+
+
+# ---------------------------------------------------------------------------- the codec
+
+T = TypeVar("T")
+#: Decodes one JSON value found at a path; appends problems and returns _BAD on a bad shape.
+_Decoder = Callable[[Any, str, list[str]], Any]
+_Encoder = Callable[[Any], Any]
+_BAD = object()
+
+
+def _what(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             type(None): "null"}
+    return names.get(type(value), "a number" if isinstance(value, int | float) else "?")
+
+
+def _scalar(check: Callable[[Any], bool], expected: str) -> _Decoder:
+    def decode(value: Any, where: str, problems: list[str]) -> Any:
+        if check(value):
+            return value
+        problems.append(f"{where}: expected {expected}, got {_what(value)}")
+        return _BAD
+    return decode
+
+
+_SCALARS: dict[Any, _Decoder] = {
+    # bool is an int to Python, never to the schema.
+    int: _scalar(lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    # Kept as parsed (an int stays an int) so that re-encoding gives back the same bytes.
+    float: _scalar(lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    str: _scalar(lambda v: isinstance(v, str), "a string"),
+    bool: _scalar(lambda v: isinstance(v, bool), "a boolean"),
+}
+
+
+def _codec(tp: Any) -> tuple[_Decoder, _Encoder]:
+    """The decoder and encoder of one annotated type (the forms the schema above uses)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp in _SCALARS:
+        return _SCALARS[tp], lambda v: v
+    if origin is types.UnionType and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        dec, enc = _codec(inner)
+
+        def opt(value: Any, where: str, problems: list[str]) -> Any:
+            return None if value is None else dec(value, where, problems)
+
+        if inner is float:
+            return opt, finite
+        return opt, lambda v: None if v is None else enc(v)
+    if origin is Literal:
+        return _scalar(lambda v: any(v == a and type(v) is type(a) for a in args),
+                       " or ".join(map(repr, args))), lambda v: v
+    if origin is tuple:
+        dec, enc = _codec(args[0])
+
+        def seq(value: Any, where: str, problems: list[str]) -> Any:
+            if not isinstance(value, list):
+                problems.append(f"{where}: expected a list, got {_what(value)}")
+                return _BAD
+            items = [dec(v, f"{where}[{i}]", problems) for i, v in enumerate(value)]
+            return _BAD if _BAD in items else tuple(items)
+
+        return seq, lambda v: [enc(x) for x in v]
+    if origin is Mapping:
+        dec, enc = _codec(args[1])
+
+        def obj(value: Any, where: str, problems: list[str]) -> Any:
+            if not isinstance(value, dict):
+                problems.append(f"{where}: expected an object, got {_what(value)}")
+                return _BAD
+            items = {k: dec(v, f"{where}.{k}", problems) for k, v in value.items()}
+            return _BAD if _BAD in items.values() else items
+
+        return obj, lambda v: {k: enc(x) for k, x in v.items()}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _record(tp)
+    raise TypeError(f"no JSON codec for {tp!r}")
+
+
+def _record(cls: type[Any]) -> tuple[_Decoder, _Encoder]:
+    hints = typing.get_type_hints(cls)
+    fields = [(f.name, *_codec(hints[f.name])) for f in dataclasses.fields(cls)]
+
+    def decode(value: Any, where: str, problems: list[str]) -> Any:
+        if not isinstance(value, dict):
+            problems.append(f"{where or 'status'}: expected an object, got {_what(value)}")
+            return _BAD
+        out: dict[str, Any] = {}
+        for name, dec, _ in fields:
+            at = f"{where}.{name}" if where else name
+            if name not in value:
+                problems.append(f"{at}: missing")
+            else:
+                out[name] = dec(value[name], at, problems)
+        if len(out) < len(fields) or _BAD in out.values():
+            return _BAD
+        return cls(**out)
+
+    def encode(value: Any) -> dict[str, Any]:
+        return {name: enc(getattr(value, name)) for name, _, enc in fields}
+
+    return decode, encode
+
+
+_CODECS: dict[type[Any], tuple[_Decoder, _Encoder]] = {
+    cls: _record(cls) for cls in (Status, OfflineStatus, PeerRow)
+}
+
+
+def _decode(cls: type[T], obj: Any) -> T:
+    problems: list[str] = []
+    value = _CODECS[cls][0](obj, "", problems)
+    if problems:
+        raise StatusError(problems)
+    assert isinstance(value, cls)
+    return value
+
+
+def to_json(status: Status | OfflineStatus) -> dict[str, Any]:
+    """The JSON object of a status (plain dicts, lists and scalars, in schema order)."""
+    encoded: dict[str, Any] = _CODECS[type(status)][1](status)
+    return encoded
+
+
+def from_json(obj: Any) -> Status:
+    """A :class:`Status` from parsed JSON; :class:`StatusError` lists every shape problem."""
+    return _decode(Status, obj)
+
+
+def peers_to_json(peers: tuple[PeerRow, ...]) -> dict[str, Any]:
+    """The control API's ``peers`` result: ``{"peers": [...]}``."""
+    encode = _CODECS[PeerRow][1]
+    return {"peers": [encode(p) for p in peers]}
+
+
+def peers_from_json(obj: Any) -> tuple[PeerRow, ...]:
+    """The rows of a ``peers`` result; :class:`StatusError` on a wrong shape."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("peers"), list):
+        raise StatusError([f"peers: expected an object holding a list, got {_what(obj)}"])
+    problems: list[str] = []
+    decode = _CODECS[PeerRow][0]
+    rows = [decode(p, f"peers[{i}]", problems) for i, p in enumerate(obj["peers"])]
+    if problems:
+        raise StatusError(problems)
+    return tuple(rows)

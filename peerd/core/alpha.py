@@ -12,6 +12,9 @@ Policies (spelled as in the config file and on the command line):
 
 Bad inputs (NaN, negative counts or staleness, all-zero weights) raise :class:`AlphaError`
 rather than being silently "fixed": a NaN weight means a bug or an attack upstream.
+
+Numpy only, no torch: ``peerd.daemon.config`` parses policies without loading it. It
+weighs the members it is given and never chooses them (:mod:`peerd.core.plan` does).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Models live as rows of a float32 matrix (see :class:`ModelStack`) so blending C 
 parameters is a single ``[n] @ [n, D]`` product: memory-bound, reading each weight once.
 A Python loop of ``out += α_j x_j`` would read and write the accumulator C times (~3× the
 traffic), and stacking separate tensors on every blend would copy every model first.
+:func:`blend_into` is the daemon's variant: block by block over separate models, in place.
+
+It never chooses members or weights (:mod:`peerd.core.plan`, :mod:`peerd.core.alpha`; it
+only checks α) and writes nothing but its output (``out``, ``dest``, a stack row).
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ and the origin's ids, so different nodes keep different peers rather than all th
 items with the same origin and version, the held one wins, then the smallest digest (for
 equivocation), then the earliest arrival and sender id (for identical relayed copies).
 The cost is O(n) grouping plus O(n log C) selection, so 10,000 received entries are cheap.
+
+It decides on metadata only: it never reads a payload, checks a signature
+(``peerd.protocol.admission``) or validates values (:mod:`peerd.core.validate`).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Accumulated in float64: float32 sums over millions of squared gaps lose digits (and 1e20-sized
 values overflow float32), and the ε decision must not flip on rounding.
+Both models are only read; which one to measure against (the last published entry) is the
+caller's choice (:mod:`peerd.core.round`).
 """
 
 from __future__ import annotations

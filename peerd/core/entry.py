@@ -4,6 +4,9 @@ An entry is what an origin vouches for (and signs): who made it, which of its ro
 its own clock, for which architecture, from how many examples, and the tensors. Where it came
 from second-hand (``received_from``/``received_at``) is provenance, kept *beside* the entry in
 :class:`CacheItem` because a relay must not be able to alter what the origin signed.
+
+The core's view of an entry only: it never signs or encodes one (``peerd.protocol.entry``
+does, over the same tensor bytes that :func:`payload_digest` hashes).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Validation limits as plain data (no torch), so configuration code can build them cheaply."""
+"""Validation limits as plain data, so configuration code can build them cheaply.
+
+Must not import torch: ``peerd.daemon.config`` (and so ``peerd status``) loads it. The
+checks that apply these limits are :mod:`peerd.core.validate`'s.
+"""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ Two entry points share the step rule and the batch sampler:
 * :func:`batched_local_update` trains A stacked copies of one architecture at once with
   ``torch.func.vmap`` (the simulator: all agents of a round in one call).
 
-Randomness comes in as a ``torch.Generator``; nothing here reads a clock.
+Randomness comes in as a ``torch.Generator`` (the global RNG is never used); nothing here
+reads a clock, loads data or builds a model: ``peerd.learn`` and the simulator do.
 """
 
 from __future__ import annotations

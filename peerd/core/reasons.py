@@ -1,8 +1,8 @@
 """Named reasons an entry is refused or dropped, shared by every layer for the audit log.
 
-Pure Python on purpose: ``peerd.protocol`` imports this module and must not pull in torch.
-The string values are stable: they appear in ``peerd status --json`` under ``rejected``
-and in the audit log, so renaming one is a breaking change.
+Pure Python on purpose, importing nothing of peerd: ``peerd.protocol`` imports this module
+and must not pull in torch. The string values are stable: they appear in ``peerd status
+--json`` under ``rejected`` and in the audit log, so renaming one is a breaking change.
 """
 
 from __future__ import annotations

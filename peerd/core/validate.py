@@ -1,10 +1,13 @@
 """Validation of an entry before it may touch the cache; every failure is a named reason.
 
-The checks follow ``fedavg-client-weighting.txt``: reject updates that do not fit the local
-model (schema, dtype, shape), non-finite values, oversized norms (a blown-up or malicious
+The usual guards of weighted aggregation: reject updates that do not fit the local model
+(schema, dtype, shape), non-finite values, oversized norms (a blown-up or malicious
 update), implausible example counts (they set α), and timestamps from the future (a skewed or
 lying clock would otherwise look forever fresh). "Not newer than what I hold" is not a
 validation failure: the cache merge drops and counts it separately.
+
+It returns a verdict and never keeps or drops the entry itself; signatures, membership and
+replays are checked before it, by ``peerd.protocol.admission``.
 """
 
 from __future__ import annotations

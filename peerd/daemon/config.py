@@ -2,7 +2,7 @@
 
 Every setting has a default, so a file holding only ``[fleet]`` (the admin public key and the
 fleet id) starts a working node. Unknown sections or keys and bad values stop start-up with a
-:class:`ConfigError` naming the key (``[gossip] capacity: must be an integer >= 0, got -1``):
+:class:`ConfigError` naming the key (``[learning] capacity: must be an integer >= 0, got -1``):
 a typo must never silently fall back to a default.
 
 Key encoding: ``admin_public_key`` and ``fleet_id`` are lowercase **hex**, exactly as
@@ -10,6 +10,9 @@ Key encoding: ``admin_public_key`` and ``fleet_id`` are lowercase **hex**, exact
 
 The reference of every key lives in ``docs/operations.md``; ``systemd/peerd.toml.example``
 is a commented file that this module accepts (a test keeps them in step).
+
+It only reads the file it is given and must not import torch, libp2p or trio: ``peerd
+status`` loads it (hence ``peerd.core.limits``, not ``peerd.core.validate``).
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from peerd.control.status import ConfigStatus
 from peerd.core.alpha import AlphaError, AlphaPolicy
-from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
 
-if TYPE_CHECKING:  # peerd.core.validate imports torch: `peerd status` must not pay for that
-    from peerd.core.validate import ValidationLimits
+# peerd.core.limits, not peerd.core.validate (torch): `peerd status` loads this module.
+from peerd.core.limits import ValidationLimits
+from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
 
 DEFAULT_CONFIG_PATH = Path("/etc/peerd/peerd.toml")
 DEFAULT_STATE_DIR = Path("/var/lib/peerd")
@@ -136,8 +140,6 @@ class ValidationConfig:
     max_future_skew_s: float = 300.0
 
     def limits(self) -> ValidationLimits:
-        from peerd.core.validate import ValidationLimits
-
         return ValidationLimits(max_norm=self.max_norm, max_examples=self.max_examples,
                                 max_future_skew_s=self.max_future_skew_s)
 
@@ -169,12 +171,13 @@ class Config:
     #: The file it came from (None when built in code).
     source: Path | None = None
 
-    def status_config(self) -> dict[str, Any]:
-        """The ``config`` section of the status dict (peerd.control.server.STATUS_SHAPE)."""
+    def status_config(self) -> ConfigStatus:
+        """The ``config`` section of the status (the only place that builds it)."""
         lc = self.learning
-        return {"tau_max": lc.tau_max, "staleness": lc.staleness, "capacity": lc.capacity,
-                "rho": lc.rho, "local_steps": lc.local_steps, "alpha": lc.alpha,
-                "epsilon": lc.epsilon}
+        return ConfigStatus(tau_max=lc.tau_max, staleness=lc.staleness, capacity=lc.capacity,
+                            rho=lc.rho, local_steps=lc.local_steps, alpha=lc.alpha,
+                            epsilon=lc.epsilon, round_interval_s=lc.round_interval_s,
+                            task=self.task.name)
 
     @classmethod
     def default(cls, admin_public_key: bytes, fleet_id: bytes, *,

@@ -13,6 +13,9 @@ Task layout under one trio nursery:
 
 SIGTERM/SIGINT cancel the nursery: counters and state are already on disk (every write is
 atomic), discovery sends goodbye packets, the transport closes its host, the socket goes.
+
+It must not parse wire bytes or touch files itself: ``peerd.protocol`` and ``peerd.store`` do
+(the configured ``[fleet] manifest`` is read by ``peerd.store.fleetdir``).
 """
 
 from __future__ import annotations
@@ -26,15 +29,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import torch
 import trio
 
 from peerd.control.metrics import StatusMetrics, start_metrics_server
 from peerd.control.server import ControlServer
-from peerd.core.drift import drift, should_publish
+from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
+from peerd.control.status import Status
 from peerd.core.entry import CacheItem, Schema
 from peerd.core.staleness import StalenessMode
 from peerd.daemon import sdnotify
@@ -44,14 +46,22 @@ from peerd.learn.tasks import Task, load_task
 from peerd.learn.trainer import RoundInput, RoundOutput, drift_to, run_round
 from peerd.net.discovery import PeerHint, open_discovery
 from peerd.net.gossip import SessionContext, run_session
-from peerd.net.transport import Stream, TransportConfig, TransportError, open_transport
+from peerd.net.transport import (
+    Stream,
+    Transport,
+    TransportConfig,
+    TransportError,
+    open_transport,
+)
+from peerd.node.peers import Peer, PeerTable
 from peerd.node.state import NodeState, wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import entry_frame_limit
+from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.limits import PROTOCOL_VERSION
 from peerd.protocol.manifest import Manifest, accept_manifest, decode_manifest_file
-from peerd.store import persist, spool
+from peerd.store import fleetdir, persist, spool
 from peerd.store.keyfile import NODE_KEY_FILE, read_private_key
 from peerd.store.statedir import Counters, StateDir
 
@@ -61,8 +71,6 @@ log = logging.getLogger(__name__)
 GOSSIP_INTERVAL_S = 3.0
 #: A whole session (hello to last entry) must finish within this; a stalled peer is cut off.
 SESSION_TIMEOUT_S = 300.0
-#: Peers unseen this long are dropped from the table (discovery re-adds live ones).
-PEER_FORGET_S = 600.0
 #: Hello, manifest, digests, wants and announcements of one session (each frame is capped at
 #: MAX_CONTROL_FRAME_LEN; in practice a few KB), budgeted on top of the entries.
 SESSION_CONTROL_BYTES = 1024 * 1024
@@ -92,17 +100,6 @@ class DaemonError(RuntimeError):
 
 
 @dataclass
-class Peer:
-    id: str
-    addrs: list[str]
-    last_seen: float
-    source: str  # "mdns" | "static" | "inbound"
-    in_session: bool = False
-    sessions: int = 0
-    last_error: str | None = None
-
-
-@dataclass
 class Metrics:
     round: int = 0
     version: int = 0
@@ -127,18 +124,23 @@ def _load_manifest(
     """
     admin, fleet = cfg.fleet.admin_public_key, cfg.fleet.fleet_id
     best: tuple[Manifest, msg.ManifestMessage] | None = None
-    sources: list[tuple[str, bytes | None]] = [("state", persist.load_manifest(state))]
+    sources: list[tuple[str, SignedEnvelope]] = []
+    stored = persist.load_manifest(state)
+    if stored is not None:
+        try:
+            sources.append(("state", decode_manifest_file(stored)))
+        except ProtocolError as exc:
+            log.warning("manifest from state not used: %s", exc)
     if cfg.fleet.manifest is not None:
+        try:  # read with the protocol's size limit (peerd.store.fleetdir)
+            sources.append((str(cfg.fleet.manifest),
+                            fleetdir.read_manifest_envelope(cfg.fleet.manifest)))
+        except fleetdir.ManifestError as exc:
+            log.warning("%s", exc)
+        except fleetdir.FleetDirError as exc:  # unreadable: the operator must fix the path
+            raise DaemonError(str(exc)) from exc
+    for name, envelope in sources:
         try:
-            sources.append((str(cfg.fleet.manifest), cfg.fleet.manifest.read_bytes()))
-        except OSError as exc:
-            raise DaemonError(f"cannot read manifest {cfg.fleet.manifest}: {exc.strerror}"
-                              ) from exc
-    for name, data in sources:
-        if data is None:
-            continue
-        try:
-            envelope = decode_manifest_file(data)
             manifest = accept_manifest(best[0] if best else None, envelope, admin, fleet)
             best = (manifest, msg.ManifestMessage(envelope))
         except ProtocolError as exc:
@@ -183,7 +185,9 @@ class Daemon:
             manifest_envelope=None if envelope is None else envelope.envelope,
         )
         self.metrics = Metrics()
-        self.peers: dict[str, Peer] = {}
+        self.peers = PeerTable(self.node.id)
+        self.transport: Transport | None = None  # set while the libp2p host is up
+        self._config_status = cfg.status_config()
         self._written: set[str] = set()
         self._persist_lock = threading.Lock()
         self._wake_gossip = trio.Event()
@@ -239,29 +243,30 @@ class Daemon:
         inp = RoundInput(own_id=node.id, cache=meta_only, peers=node.blend_inputs(), clock=clock,
                          policy=learning.alpha_policy, steps=learning.local_steps,
                          batch_size=learning.batch_size, lr=learning.lr, rho=learning.rho,
-                         seed=seed,
-                         published=self.metrics.published_params if self._model_is_published
-                         else None,
+                         seed=seed, epsilon=learning.epsilon,
+                         published=self.metrics.published_params,
+                         model_is_published=self._model_is_published,
                          keep_anchor=lambda x: spool.spill(x, self.state.blobs))
         self._model_is_published = False  # the round trains the model in place
+        # The core round (peerd.core.round) decides α, x̄ and whether to publish; the daemon
+        # only carries the decision out (sign, persist, announce).
         out: RoundOutput = await trio.to_thread.run_sync(run_round, self.model, self.task, inp)
         m = self.metrics
         m.examples, m.train_loss, m.val_loss = out.examples, out.train_loss, out.val_loss
         m.val_accuracy, m.alpha = out.val_accuracy, out.alpha
-        # Drifts off the event loop (each reads whole models): to what the cache holds now
-        # (entries may have been replaced meanwhile), and since the last published entry.
-        cached, published = node.blend_inputs(), m.published_params
+        # Drifts to what the cache holds now (entries may have been replaced meanwhile), for
+        # the status; off the event loop, since each reads a whole model.
+        cached = node.blend_inputs()
 
-        def drifts() -> tuple[dict[str, float], float]:
+        def drifts() -> dict[str, float]:
             try:
-                return (drift_to(out.params, cached),
-                        math.inf if published is None else drift(out.params, published))
+                return drift_to(out.params, cached)
             finally:
                 node.release()  # the round and the drifts read every entry; let them go
 
-        m.drift, moved = await trio.to_thread.run_sync(drifts)
+        m.drift = await trio.to_thread.run_sync(drifts)
         node.round += 1
-        if should_publish(moved, learning.epsilon):
+        if out.publish:
             # Never reuse a version: skip past anything of ours a peer relayed back, and
             # persist the counter before the entry can leave this process.
             version = max(m.version, node.own_max_version_seen) + 1
@@ -313,18 +318,15 @@ class Daemon:
                               spool_dir=self.state.blobs)
 
     async def _session(self, stream: Stream, peer_id: str, initiator: bool) -> None:
-        peer = self.peers.setdefault(peer_id, Peer(peer_id, [], self.now(), "inbound"))
-        peer.in_session = True
+        peer = self.peers.begin_session(peer_id, self.now())
         try:
             with trio.move_on_after(SESSION_TIMEOUT_S) as scope:
                 result = await run_session(stream, self.node, self._session_ctx(),
                                            peer_id=peer_id, initiator=initiator)
             if scope.cancelled_caught:
-                peer.last_error = "session timed out"
+                PeerTable.failed(peer, "session timed out")
                 return
-            peer.sessions += 1
-            peer.last_seen = self.now()
-            peer.last_error = ", ".join(result.refused) or None
+            PeerTable.completed(peer, self.now(), ", ".join(result.refused) or None)
             self.node.release()  # pages the sends and verifications read
             if result.received:
                 await trio.to_thread.run_sync(self._persist)
@@ -333,57 +335,37 @@ class Daemon:
             for reason, n in result.refused.items():
                 self.state.audit("refused", peer=peer_id, reason=reason, count=n)
         finally:
-            peer.in_session = False
+            PeerTable.release(peer)
 
     async def _inbound(self, stream: Stream) -> None:
         await self._session(stream, stream.peer_id, initiator=False)
 
-    async def _dial(self, transport: Any, peer: Peer) -> None:
+    async def _dial(self, transport: Transport, peer: Peer) -> None:
         try:
             async with transport.open_stream(peer.id, peer.addrs) as stream:
                 await self._session(stream, peer.id, initiator=True)
         except (TransportError, OSError) as exc:
-            peer.last_error = str(exc)[:200]
+            PeerTable.failed(peer, str(exc))
             log.debug("gossip with %s failed: %s", peer.id[-8:], exc)
 
-    async def _gossip_loop(self, transport: Any, nursery: trio.Nursery) -> None:
+    async def _gossip_loop(self, transport: Transport, nursery: trio.Nursery) -> None:
         while True:
-            now = self.now()
-            for peer in list(self.peers.values()):
-                if now - peer.last_seen > PEER_FORGET_S and peer.source != "static":
-                    del self.peers[peer.id]
-                elif not peer.in_session and peer.addrs:
-                    peer.in_session = True  # reserved until _session takes over
-                    nursery.start_soon(self._dial_and_release, transport, peer)
+            for peer in self.peers.due(self.now()):  # reserved until _dial_and_release ends
+                nursery.start_soon(self._dial_and_release, transport, peer)
             with trio.move_on_after(GOSSIP_INTERVAL_S * random.uniform(0.5, 1.5)):
                 await self._wake_gossip.wait()
             self._wake_gossip = trio.Event()
 
-    async def _dial_and_release(self, transport: Any, peer: Peer) -> None:
+    async def _dial_and_release(self, transport: Transport, peer: Peer) -> None:
         try:
             await self._dial(transport, peer)
         finally:
-            peer.in_session = False
+            PeerTable.release(peer)
 
     def _on_peer(self, hint: PeerHint) -> None:
-        if hint.node_id == self.node.id:
-            return
-        peer = self.peers.get(hint.node_id)
-        if peer is None:
-            self.peers[hint.node_id] = Peer(hint.node_id, hint.multiaddrs, self.now(), "mdns")
+        if self.peers.on_hint(hint.node_id, hint.multiaddrs, self.now()):
             log.info("discovered %s at %s", hint.node_id[-8:], ", ".join(hint.multiaddrs))
             self._wake_gossip.set()
-        else:
-            peer.addrs, peer.last_seen = hint.multiaddrs, self.now()
-            if peer.source == "inbound":  # it dialled us first; now we know where it lives
-                peer.source = "mdns"
-
-    def _add_static_peers(self) -> None:
-        for addr in self.cfg.network.static_peers:
-            head, _, peer_id = addr.rpartition("/p2p/")
-            if not peer_id or peer_id == self.node.id:
-                continue
-            self.peers[peer_id] = Peer(peer_id, [head], self.now(), "static")
 
     # ------------------------------------------------------------------ run
     async def run(self) -> None:
@@ -416,7 +398,7 @@ class Daemon:
                 server = await ControlServer.open(cfg.node.socket, self.status,
                                                   group=cfg.node.socket_group)
                 nursery.start_soon(server.serve)
-                self._add_static_peers()
+                self.peers.add_static(cfg.network.static_peers, self.now())
                 if cfg.network.mdns:
                     interfaces = list(cfg.network.mdns_interfaces) or None
                     async with open_discovery(
@@ -428,7 +410,7 @@ class Daemon:
                 else:
                     await self._serve(transport)
 
-    async def _serve(self, transport: Any) -> None:
+    async def _serve(self, transport: Transport) -> None:
         async with trio.open_nursery() as inner:
             inner.start_soon(self._round_loop)
             inner.start_soon(self._gossip_loop, transport, inner)
@@ -445,14 +427,14 @@ class Daemon:
                 return
 
     # ------------------------------------------------------------------ status
-    def status(self) -> dict[str, Any]:
-        from peerd.control.status import build_status
-
-        return build_status(self)
-
-
-def run_daemon(config_path: Path) -> None:
-    from peerd.daemon.config import load_config
-
-    cfg = load_config(config_path)
-    trio.run(Daemon(cfg).run)
+    def status(self) -> Status:
+        t = self.transport
+        link = NO_TRANSPORT
+        if t is not None:
+            bytes_in, bytes_out = t.byte_totals()
+            link = TransportSnapshot(connected=frozenset(t.connected_peers()),
+                                     peers=t.peer_stats(), bytes_in=bytes_in,
+                                     bytes_out=bytes_out)
+        return build_status(node=self.node, numbers=self.metrics, peers=self.peers,
+                            transport=link, config=self._config_status,
+                            listen=self.listen_addrs, now=self.now())

@@ -8,7 +8,8 @@ fragmented by such buffers keeps the freed memory resident. Measured K proximal 
 with the default and 2.4 × with the threshold pinned; with ten 1044-wide layers, 1.3–1.5 ×
 against 1.2 ×. The price is page faults on every fresh buffer: steps ran ~1.3–1.5 × slower.
 A daemon trains for a small part of each round interval, so it is on by default there
-(``[node] lean_memory``).
+(``[node] lean_memory``). It only calls glibc (``mallopt``, ``malloc_trim``); when to call
+is the daemon's choice, and it must not import torch.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 No dependency: one datagram to ``$NOTIFY_SOCKET`` (a path, or an abstract socket spelled
 ``@name``). Without ``$NOTIFY_SOCKET`` (run by hand, in tests) every call is a no-op.
 A failing notify is logged and swallowed: systemd being away must not stop the node.
+It knows nothing of the daemon's state: the caller decides what to report and when.
 """
 
 from __future__ import annotations

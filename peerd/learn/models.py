@@ -3,7 +3,8 @@
 All are plain ``nn.Module``s without batch-norm or dropout: the simulator trains many
 copies at once through ``torch.func`` and stateless modules keep that exact (no running
 statistics to stack, no random masks that would differ between the batched and per-agent
-paths).
+paths). Nothing here loads weights or trains; :func:`build_model` seeds the init and
+leaves torch's global RNG state as it found it.
 """
 
 from __future__ import annotations

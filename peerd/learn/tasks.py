@@ -11,6 +11,8 @@
 
 All nodes of a fleet must build the same architecture from the same seed: the blend averages
 parameters coordinate by coordinate, which only means something for a shared starting point.
+A task only supplies data and a model: it never trains (``peerd.learn.trainer``), and its
+seeded initialisation leaves the caller's global RNG state as it was.
 """
 
 from __future__ import annotations
@@ -182,8 +184,11 @@ class CsvTask:
         if not self.features or (self.kind == "classification" and not self.num_classes):
             self.data()
         out = self.num_classes if self.kind == "classification" else 1
-        torch.manual_seed(FLEET_INIT_SEED)
-        return MLP(len(self.features), out, hidden=32)
+        # nn init draws from torch's global generator: seed it for the fleet-wide start
+        # inside a fork, so the caller's global RNG state is what it was.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(FLEET_INIT_SEED)
+            return MLP(len(self.features), out, hidden=32)
 
 
 def load_task(

@@ -1,8 +1,14 @@
-"""The train/blend round of a daemon: blend the cache into x̄, K proximal steps, evaluate.
+"""The daemon's round: one ``nn.Module`` through :func:`peerd.core.round.cached_dfl_round`.
+
+Owns the daemon's heavy steps of a round (the blend in place, the local update in place, x̄
+taken from the published entry or kept by the caller's ``keep_anchor``, the drift since
+that entry) and evaluation.
+The order and the decisions (plan, α, anchor, publish or not) are the core round's.
 
 Runs in a worker thread (``trio.to_thread``): the network never waits for training and
 training never waits for the network. It reads an immutable snapshot of the cache taken on
-the event-loop thread and returns the new parameters; it never touches ``NodeState``.
+the event-loop thread and returns the new parameters; it never touches ``NodeState`` and does
+no publishing itself (signing and persisting are the daemon's).
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from peerd.core.alpha import AlphaPolicy
 from peerd.core.blend import blend_into
 from peerd.core.drift import drift
 from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
-from peerd.core.local_update import LossName, local_update
-from peerd.core.plan import blend_plan
+from peerd.core.local_update import LocalResult, LossName, local_update
+from peerd.core.plan import BlendPlan
+from peerd.core.round import Anchor, PublishRule, RoundAgent, cached_dfl_round
 from peerd.core.staleness import Clock
-from peerd.learn.tasks import Task
+from peerd.learn.tasks import Task, TaskData
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +46,15 @@ class RoundInput:
     lr: float
     rho: float
     seed: int  # per-round batch order: derived from the node id and round by the caller
-    #: The own published entry's tensors when the model still equals them exactly (it was
-    #: published after the last round, or restored from it). In a round without peers they
-    #: are x̄ itself, so x̄ needs no copy of its own; None = the model moved since.
+    #: Publish only if the trained model moved more than ε from ``published`` (0: always).
+    epsilon: float = 0.0
+    #: The own last published entry's tensors (None: nothing published yet). The drift that
+    #: decides publishing is measured from them.
     published: Mapping[str, torch.Tensor] | None = None
+    #: The model still equals ``published`` exactly (it was published after the last round,
+    #: or restored from it). In a round without peers those tensors are then x̄ itself, so x̄
+    #: needs no copy of its own.
+    model_is_published: bool = False
     #: Keeps a copy of x̄ when there is no published one to use and returns it (the daemon's:
     #: ``peerd.store.spool.spill``, a file-backed copy that is not a second resident model).
     #: None: local_update clones x̄ in memory.
@@ -59,6 +71,8 @@ class RoundOutput:
     train_loss: float
     val_loss: float
     val_accuracy: float | None  # None for regression
+    moved: float  # drift since the last published entry (inf: none yet)
+    publish: bool  # the core round's decision: sign and send this model
 
 
 #: Rows per forward pass when evaluating, unless the caller passes its training batch size
@@ -100,40 +114,77 @@ def drift_to(params: Mapping[str, torch.Tensor], entries: Sequence[Entry]) -> di
 
 
 def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
-    """One round: x̄ = blend(own, cache); K proximal steps from x̄; evaluate."""
+    """The daemon's round through :func:`peerd.core.round.cached_dfl_round`: x̄ = blend(own,
+    cache) in place; K proximal steps from x̄; evaluate; publish if it moved more than ε."""
     data = task.data()  # re-read every round: local data may have grown
     n = len(data.y_train)
     own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
-    alphas: dict[str, float] = {inp.own_id: 1.0}
-    # x̄ for the proximal term. Without peers it is the model as published (no copy); with
-    # peers, one copy of the blend (kept by ``keep_anchor``, else cloned by local_update).
-    # Keeping x̄ as the blend's inputs instead would pin every blended entry through
-    # training, and in a busy mesh the cache replaces them meanwhile: up to C superseded
-    # models held where one copy would do.
-    anchor: Mapping[str, torch.Tensor] | None = inp.published
-    if inp.peers:
-        # Only the example count and age matter to α; the digest is never looked at here,
-        # so the (44 MB) model is not hashed for it.
-        own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id, n, "")
-        origins, weights = blend_plan(own_meta, inp.cache, inp.clock, inp.policy)
-        members: Sequence[Mapping[str, torch.Tensor]] = [own_params,
-                                                         *(e.params for e in inp.peers)]
-        # In place, block by block: no stacked copy of the C + 1 models, no result copy.
-        blend_into(own_params, members, weights)
-        alphas = dict(zip(origins, (float(w) for w in weights), strict=True))
-        del members
-        inp.peers.clear()  # see RoundInput.peers
-        anchor = None
-    if anchor is None and inp.keep_anchor is not None and inp.rho > 0:
-        anchor = inp.keep_anchor(own_params)
-    result = local_update(model, data.X_train, data.y_train, steps=inp.steps,
-                          batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=task.loss,
-                          generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)
+    # Only the example count and age matter to α; the digest is never looked at here,
+    # so the (44 MB) model is not hashed for it.
+    own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id, n, "")
+    ops = _ModelOps(model, own_params, data, task.loss, inp)
+    published = inp.published
+
+    def moved(trained: _Trained) -> list[float]:
+        return [math.inf if published is None else drift(trained.params, published)]
+
+    outcome = cached_dfl_round(
+        [RoundAgent(own_meta, inp.cache, published=inp.model_is_published)],
+        clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops,
+        rule=PublishRule(inp.epsilon, moved))
+    (plan,), trained = outcome.plans, outcome.trained
+    assert outcome.drift is not None  # a rule was given
     # Evaluated in training-sized batches: no activation buffer larger than a step's.
     val_loss, acc = evaluate(model, data.X_val, data.y_val, task.loss, batch_size=inp.batch_size)
-    trained = {k: v.detach() for k, v in model.state_dict().items()}
     return RoundOutput(
-        params=trained,
-        alpha=alphas, examples=n, train_loss=result.mean_loss,
+        params=trained.params,
+        alpha=plan.as_dict(), examples=n, train_loss=trained.result.mean_loss,
         val_loss=val_loss, val_accuracy=acc,
+        moved=outcome.drift[0], publish=outcome.publish[0],
     )
+
+
+class _ModelOps:
+    """The daemon's heavy steps for :func:`cached_dfl_round`: one ``nn.Module`` (a batch of 1),
+    blended in place and trained in place."""
+
+    def __init__(self, model: nn.Module, own_params: dict[str, torch.Tensor], data: TaskData,
+                 loss: LossName, inp: RoundInput) -> None:
+        self.model, self.own_params, self.data, self.loss, self.inp = (
+            model, own_params, data, loss, inp)
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        (plan,) = plans
+        if plan.alone:
+            return
+        members: list[Mapping[str, torch.Tensor]] = [self.own_params,
+                                                     *(e.params for e in self.inp.peers)]
+        # In place, block by block: no stacked copy of the C + 1 models, no result copy.
+        blend_into(self.own_params, members, plan.alpha)
+        del members
+        self.inp.peers.clear()  # see RoundInput.peers
+
+    def train(self, anchors: Sequence[Anchor]) -> _Trained:
+        (kind,) = anchors
+        inp = self.inp
+        # x̄ for the proximal term. Without peers it is the model as published (no copy); with
+        # peers, one copy of the blend (kept by ``keep_anchor``, else cloned by local_update).
+        # Keeping x̄ as the blend's inputs instead would pin every blended entry through
+        # training, and in a busy mesh the cache replaces them meanwhile: up to C superseded
+        # models held where one copy would do.
+        anchor: Mapping[str, torch.Tensor] | None = None
+        if kind is Anchor.PUBLISHED:
+            anchor = inp.published
+        elif kind is Anchor.BLEND and inp.keep_anchor is not None:
+            anchor = inp.keep_anchor(self.own_params)
+        result = local_update(self.model, self.data.X_train, self.data.y_train, steps=inp.steps,
+                              batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=self.loss,
+                              generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)
+        # The trained model's own tensors (views, not copies).
+        return _Trained(result, {k: v.detach() for k, v in self.model.state_dict().items()})
+
+
+@dataclass(frozen=True, slots=True)
+class _Trained:
+    result: LocalResult
+    params: dict[str, torch.Tensor]

@@ -1,16 +1,18 @@
 """An in-process mesh: N nodes on one machine running the Cached-DFL round, no network.
 
-This is what ``peerd demo`` runs until the networked daemon lands: every node keeps its own
-non-IID slice of scikit-learn's digits, trains K proximal steps, meets random peers, swaps
-caches (each received entry validated, then merged with τ_max and C) and blends with α. It
-calls exactly the core functions the daemon will call; only the "network" is a function call.
-An isolated baseline (same nodes, same seeds, no meetings) shows what the mesh adds.
+This is ``peerd demo --in-process``: every node keeps its own non-IID slice of scikit-learn's
+digits and runs the daemon's round (:func:`peerd.core.round.cached_dfl_round`: blend with α,
+K proximal steps, publish); then random pairs of nodes meet and swap caches (each received
+entry validated, then merged with τ_max and C). Only the network is a function call here; no
+sockets, threads or processes, and no file but the bundled dataset. An isolated baseline
+(same nodes, same seeds, no meetings) shows what the mesh adds. It must not order or decide a
+round itself (the core round does) nor use a global RNG: every draw comes from ``cfg.seed``.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,9 +22,10 @@ from torch import nn
 from peerd.core.alpha import AlphaPolicy
 from peerd.core.blend import blend
 from peerd.core.cache import merge
-from peerd.core.entry import CacheItem, Entry, Schema
-from peerd.core.local_update import local_update
-from peerd.core.plan import blend_plan
+from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
+from peerd.core.local_update import LocalResult, local_update
+from peerd.core.plan import BlendPlan
+from peerd.core.round import Anchor, RoundAgent, blend_step, cached_dfl_round
 from peerd.core.staleness import Clock
 from peerd.core.validate import RejectionAudit, ValidationLimits, validate_entry
 from peerd.learn.data import load_dataset
@@ -62,6 +65,13 @@ class Node:
     def params(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
+    def agent(self, schema: Schema) -> RoundAgent:
+        """What the round reads: own origin and example count, the cache; the model equals
+        the own entry from its publication until the next blend."""
+        own = self.own.meta if self.own is not None else EntryMeta(
+            self.id, self.version, float(self.version), schema.id, len(self.y), "")
+        return RoundAgent(own, tuple(self.cache), published=self.own is not None)
+
 
 @dataclass(frozen=True, slots=True)
 class NodeReport:
@@ -98,7 +108,12 @@ def _accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def run_mesh(cfg: MeshConfig) -> Iterator[RoundReport]:
-    """Run ``cfg.rounds`` rounds, yielding a report after each (for live display)."""
+    """Run ``cfg.rounds`` rounds, yielding a report after each (for live display).
+
+    A report shows the models after aggregation, which is the blend that opens the next
+    round: round t's report comes once round t + 1 has blended, and a blend alone closes
+    the last round.
+    """
     if cfg.nodes < 2:
         raise ValueError("a mesh needs at least 2 nodes")
     ds = load_dataset("digits")
@@ -114,33 +129,13 @@ def run_mesh(cfg: MeshConfig) -> Iterator[RoundReport]:
         return Node(f"node{i}", model, ds.x_train[idx], ds.y_train[idx], gen)
 
     mesh = [make(i) for i in range(cfg.nodes)]
-    alone = [make(i) for i in range(cfg.nodes)]
+    alone = [make(i) for i in range(cfg.nodes)]  # never meet: their caches stay empty
+    nodes = mesh + alone
     schema = Schema.of(mesh[0].params())
-    for t in range(1, cfg.rounds + 1):
-        for node in mesh + alone:  # 1. local update from the round's start model x̄
-            res = local_update(node.model, node.X, node.y, steps=cfg.local_steps,
-                               batch_size=cfg.batch_size, lr=cfg.lr, rho=cfg.rho,
-                               loss="cross_entropy", generator=node.gen)
-            node.train_loss = res.mean_loss
-            node.version = t
-            node.own = Entry.create(origin=node.id, version=t, created_at=float(t),
-                                    num_examples=len(node.y), params=node.params())
-        clock = Clock.rounds(t)
-        for a in range(cfg.nodes):  # 2. random pairwise meetings swap caches
-            for b in range(a + 1, cfg.nodes):
-                if rng.random() < cfg.meet_probability:
-                    _exchange(mesh[a], mesh[b], schema, limits, clock, cfg)
-                    _exchange(mesh[b], mesh[a], schema, limits, clock, cfg)
-        for node in mesh:  # 3. blend own model with the surviving cache
-            node.cache = list(merge(node.cache, [], clock=clock, tau_max=cfg.tau_max,
-                                    capacity=cfg.capacity, own_origin=node.id).cache)
-            assert node.own is not None
-            _, alpha = blend_plan(node.own.meta, node.cache, clock, policy)
-            models = [node.own.params] + [_payload(item).params for item in node.cache]
-            node.model.load_state_dict(blend(models, alpha))
-        for node in mesh + alone:
-            node.accuracy = _accuracy(node.model, ds.x_test, ds.y_test)
-        yield RoundReport(
+    ops = _MeshOps(nodes, cfg, ds.x_test, ds.y_test)
+
+    def report(t: int) -> RoundReport:
+        return RoundReport(
             round=t,
             nodes=tuple(
                 NodeReport(n.id, t, n.version,
@@ -151,6 +146,60 @@ def run_mesh(cfg: MeshConfig) -> Iterator[RoundReport]:
             ),
             isolated_accuracy=tuple(n.accuracy for n in alone),
         )
+
+    for t in range(1, cfg.rounds + 1):
+        # Blend what the caches held at the end of round t - 1, train, publish (every round).
+        outcome = cached_dfl_round([n.agent(schema) for n in nodes], clock=Clock.rounds(t - 1),
+                                   policy=policy, rho=cfg.rho, ops=ops)
+        if t > 1:
+            yield report(t - 1)
+        for node, result in zip(nodes, outcome.trained, strict=True):
+            node.train_loss = result.mean_loss
+            node.version = t
+            node.own = Entry.create(origin=node.id, version=t, created_at=float(t),
+                                    num_examples=len(node.y), params=node.params())
+        clock = Clock.rounds(t)
+        for a in range(cfg.nodes):  # random pairwise meetings swap caches
+            for b in range(a + 1, cfg.nodes):
+                if rng.random() < cfg.meet_probability:
+                    _exchange(mesh[a], mesh[b], schema, limits, clock, cfg)
+                    _exchange(mesh[b], mesh[a], schema, limits, clock, cfg)
+        for node in mesh:  # age out what expired by the end of the round
+            node.cache = list(merge(node.cache, [], clock=clock, tau_max=cfg.tau_max,
+                                    capacity=cfg.capacity, own_origin=node.id).cache)
+    blend_step([n.agent(schema) for n in nodes], clock=Clock.rounds(cfg.rounds), policy=policy,
+               ops=ops)
+    yield report(cfg.rounds)
+
+
+@dataclass
+class _MeshOps:
+    """The mesh's heavy steps for the core round: stacked blends, one local update per node."""
+
+    nodes: list[Node]
+    cfg: MeshConfig
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        for node, plan in zip(self.nodes, plans, strict=True):
+            if not plan.alone:
+                assert node.own is not None  # a node with a cache has published
+                models = [node.own.params] + [_payload(item).params for item in node.cache]
+                node.model.load_state_dict(blend(models, plan.alpha))
+            # The report's accuracy: the model after aggregation, before it trains again.
+            node.accuracy = _accuracy(node.model, self.x_test, self.y_test)
+
+    def train(self, anchors: Sequence[Anchor]) -> list[LocalResult]:
+        cfg = self.cfg
+        out = []
+        for node, anchor in zip(self.nodes, anchors, strict=True):
+            published = node.own.params if node.own is not None else None
+            out.append(local_update(
+                node.model, node.X, node.y, steps=cfg.local_steps, batch_size=cfg.batch_size,
+                lr=cfg.lr, rho=cfg.rho, loss="cross_entropy", generator=node.gen,
+                anchor=published if anchor is Anchor.PUBLISHED else None))
+        return out
 
 
 def _payload(item: CacheItem) -> Entry:

@@ -1,17 +1,19 @@
 """A live mesh of real `peerd run` daemons on one machine (what `peerd demo` shows).
 
-It makes a throw-away fleet (admin key, one key per node, a signed manifest admitting all),
-writes each node a config and starts the daemons as separate processes. As root the nodes
-live in network namespaces on a private bridge and find each other by mDNS alone; without
-root they run on loopback with static peers and mDNS off, because multicast from the root
-namespace would reach the real network.
+It makes a throw-away fleet (a fleet directory, through peerd.store.fleetdir: admin key, one
+key per node, a signed manifest admitting all), writes each node a config and starts the
+daemons as separate processes. As root the nodes live in network namespaces on a private
+bridge and find each other by mDNS alone; without root they run on loopback with static
+peers and mDNS off, because multicast from the root namespace would reach the real network.
+
+It must not read a daemon's state or the fleet files itself: it asks each daemon over its
+control socket (:mod:`peerd.control`) and makes the fleet with :mod:`peerd.store.fleetdir`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -21,14 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from peerd.control.server import ControlError, request
+from peerd.control.status import Status, from_json
 from peerd.mesh import netns
-from peerd.protocol.identity import node_id_of, public_key_bytes
-from peerd.protocol.limits import FLEET_ID_LEN
-from peerd.protocol.manifest import Manifest, encode_manifest_file
-from peerd.store.keyfile import NODE_KEY_FILE, atomic_write, write_private_key
+from peerd.store import fleetdir
 
 #: Port every daemon listens on (each namespace has its own port space); loopback adds i.
 BASE_PORT = 4011
@@ -59,12 +57,21 @@ class DaemonProcess:
         return self.dir / "peerd.log"
 
     def status(self, timeout: float = 10.0) -> dict[str, Any] | None:
-        """The daemon's status over its control socket (what `peerd status --json` prints),
-        or None while it is not up."""
+        """The daemon's status JSON over its control socket (what `peerd status --json`
+        prints), or None while it is not up. Checked against the schema on every call
+        (:class:`~peerd.control.status.StatusError` if it drifted), so every test and
+        benchmark that polls a daemon also checks what the daemon serves."""
         try:
-            return request(self.socket, "status", timeout=timeout)
+            result = request(self.socket, "status", timeout=timeout)
         except ControlError:
             return None
+        from_json(result)
+        return result
+
+    def poll(self, timeout: float = 10.0) -> Status | None:
+        """The daemon's status, decoded, or None while it is not up."""
+        result = self.status(timeout)
+        return None if result is None else from_json(result)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -106,15 +113,12 @@ def _toml(value: object) -> str:
     return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
 
 
-def _config(node: MeshNode, fleet_id: bytes, admin: bytes, manifest: Path, *,
-            static: list[str], mdns: bool, n: int, task: str, learning: dict[str, object]
-            ) -> str:
+def _config(node: MeshNode, fleet: fleetdir.Fleet, *, static: list[str], mdns: bool, n: int,
+            task: str, learning: dict[str, object]) -> str:
     lines = [
         "# written by `peerd demo`",
         "[fleet]",
-        f"admin_public_key = {_toml(admin.hex())}",
-        f"fleet_id = {_toml(fleet_id.hex())}",
-        f"manifest = {_toml(str(manifest))}",
+        *(f"{k} = {_toml(v)}" for k, v in fleet.config_section().items()),
         "[node]",
         f"state_dir = {_toml(str(node.dir))}",
         f"socket = {_toml(str(node.socket))}",
@@ -145,27 +149,18 @@ def local_mesh(
     with ExitStack() as stack:
         hosts = stack.enter_context(netns.lan(n, net=78, prefix="peerd-demo")) if use_netns \
             else [None] * n
-        admin = Ed25519PrivateKey.generate()
-        fleet_id = secrets.token_bytes(FLEET_ID_LEN)
-        manifest = Manifest(fleet_id, 0)
-        nodes = []
-        for i, host in enumerate(hosts):
-            key = Ed25519PrivateKey.generate()
-            d = root / f"node{i}"
-            write_private_key(d / NODE_KEY_FILE, key)
-            manifest = manifest.admit(public_key_bytes(key), None)
-            nodes.append(MeshNode(i, d, node_id_of(key), BASE_PORT + (0 if host else i), host))
-        manifest_path = root / "manifest.peerd"
-        atomic_write(manifest_path, encode_manifest_file(manifest.sign(admin)), mode=0o644,
-                     overwrite=True)
+        dirs = [root / f"node{i}" for i in range(n)]
+        fleet, ids = fleetdir.create_with_nodes(root / "fleet", dirs)
+        nodes = [MeshNode(i, d, node_id, BASE_PORT + (0 if host else i), host)
+                 for i, (d, node_id, host) in enumerate(zip(dirs, ids, hosts, strict=True))]
         defaults: dict[str, object] = {"round_interval_s": 2.0, "tau_max": 60.0,
                                        "capacity": max(1, n - 1), "alpha": "examples"}
         for node in nodes:
             static = [] if use_netns else [
                 f"/ip4/{o.address}/tcp/{o.port}/p2p/{o.id}" for o in nodes if o is not node]
             node.config.write_text(_config(
-                node, fleet_id, public_key_bytes(admin), manifest_path, static=static,
-                mdns=use_netns, n=n, task=task, learning={**defaults, **(learning or {})}))
+                node, fleet, static=static, mdns=use_netns, n=n, task=task,
+                learning={**defaults, **(learning or {})}))
         stack.callback(_stop_all, nodes)
         for node in nodes:
             argv = [sys.executable, "-m", "peerd.cli", "run", "--config", str(node.config)]

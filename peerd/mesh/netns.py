@@ -1,11 +1,13 @@
 """Throw-away LANs of Linux network namespaces (for `peerd demo` and the mesh tests).
 
-``lan(n)`` builds a switch namespace holding bridge ``br0`` and ``n`` host namespaces, each
-with ``lo`` and ``eth0`` (``10.77.<net>.<i+1>/24``) wired to the bridge by a veth pair, and
-deletes every namespace on exit, also on errors or Ctrl-C. Nothing is added to the root
-namespace (both veth ends move out at once), so multicast DNS stays inside the bridge: this
-is how several daemons on one machine can discover each other without touching the real LAN.
-Needs root and iproute2; :func:`unavailable` says why not.
+``lan(n, net=77)`` builds a switch namespace holding bridge ``br0`` and ``n`` host
+namespaces, each with ``lo`` and ``eth0`` (``10.<net>.0.<i+1>/24``: ``10.77.0.1`` and up by
+default; the demo uses ``net=78``) wired to the bridge by a veth pair, and deletes every
+namespace on exit, also on errors or Ctrl-C. Nothing is added to the root namespace (both
+veth ends move out at once), so multicast DNS stays inside the bridge: this is how several
+daemons on one machine can discover each other without touching the real LAN. Needs root
+and iproute2; :func:`unavailable` says why not. It owns namespaces and links only: what
+runs inside them is the caller's (:mod:`peerd.mesh.localmesh`, the tests).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ callback running in the trio thread.
 Discovery is only a hint: anyone on the LAN can publish any TXT record. The transport's
 Noise handshake proves the node id, the fleet manifest proves membership. Records from the
 network are therefore parsed as hostile input: anything malformed is dropped and counted
-in :attr:`Discovery.rejected`, never raised.
+in :attr:`Discovery.rejected`, never raised. It must not dial or keep a peer list: hints
+go to the caller's callback, and the daemon's :mod:`peerd.node.peers` table decides whom to dial.
 
 zeroconf runs its own asyncio loop in a thread; its browser callbacks run in yet another
 thread, and hop into trio with ``trio.from_thread.run_sync(..., trio_token=...)``.
@@ -185,7 +186,6 @@ def _default_addresses() -> list[str]:
 
 
 PeerCallback = Callable[[PeerHint], None]
-LostCallback = Callable[[str], None]
 
 
 class Discovery:
@@ -197,17 +197,15 @@ class Discovery:
         node_id: str,
         fleet_id: str,
         on_peer: PeerCallback,
-        on_peer_lost: LostCallback | None,
         trio_token: trio.lowlevel.TrioToken,
     ) -> None:
         self.node_id = node_id
         self.fleet_id = fleet_id
         self._on_peer = on_peer
-        self._on_peer_lost = on_peer_lost
         self._token = trio_token
         self._lock = threading.Lock()  # counters and _names are touched from two threads
         self.rejected: Counter[str] = Counter()
-        self._names: dict[str, str] = {}  # service name -> node id reported for it
+        self._names: set[str] = set()  # service names of the fleet's records we track
 
     def _count(self, reason: str) -> None:
         with self._lock:
@@ -224,10 +222,10 @@ class Discovery:
     ) -> None:
         try:
             if state_change is ServiceStateChange.Removed:
+                # Goodbye or expiry: the slot is free again. Nobody is told: a peer that
+                # left is found out by the dial that fails (hints are never trusted anyway).
                 with self._lock:
-                    node_id = self._names.pop(name, None)
-                if node_id is not None and self._on_peer_lost is not None:
-                    self._to_trio(self._on_peer_lost, node_id)
+                    self._names.discard(name)
                 return
             self._resolve(zeroconf, service_type, name, 0)
         except Exception:
@@ -260,7 +258,9 @@ class Discovery:
             self._count(e.reason)
             logger.debug("ignoring mDNS record %r: %s", name, e.reason)
             return
-        except Exception:
+        # zeroconf's lazy TXT decoder raises no documented type; a hostile record must not kill
+        # zeroconf's listener thread.
+        except Exception:  # noqa: BLE001
             self._count("bad_txt")  # the TXT wire data itself did not decode
             return
         if fields.node_id == self.node_id:
@@ -277,7 +277,7 @@ class Discovery:
             if name not in self._names and len(self._names) >= MAX_TRACKED_SERVICES:
                 self.rejected["too_many_services"] += 1
                 return
-            self._names[name] = fields.node_id
+            self._names.add(name)
         hint = PeerHint(
             fields.node_id, fields.fleet_id, fields.protocol_version, addresses, fields.port
         )
@@ -345,7 +345,6 @@ async def open_discovery(
     fleet_id: str,
     port: int,
     on_peer: PeerCallback,
-    on_peer_lost: LostCallback | None = None,
     protocol_version: int,
     interfaces: Sequence[str] | None = None,
 ) -> AsyncIterator[Discovery]:
@@ -353,8 +352,7 @@ async def open_discovery(
 
     ``interfaces``: names (``eth0``) or IPv4 addresses to bind and publish; ``None`` means
     all interfaces (publishing the non-loopback IPv4 addresses). ``on_peer`` runs in the
-    trio thread for every valid record of our fleet (again when a record changes);
-    ``on_peer_lost`` when a peer says goodbye or its record expires.
+    trio thread for every valid record of our fleet (again when a record changes).
     On exit goodbye packets are sent and zeroconf is closed.
     """
     build_txt(node_id, fleet_id, port, protocol_version)  # fail fast on our own bad values
@@ -362,7 +360,6 @@ async def open_discovery(
         node_id=node_id,
         fleet_id=fleet_id,
         on_peer=on_peer,
-        on_peer_lost=on_peer_lost,
         trio_token=trio.lowlevel.current_trio_token(),
     )
     try:

@@ -5,21 +5,27 @@ This module knows nothing about libp2p: :mod:`peerd.net.transport` subclasses
 keep importing from ``peerd.net.transport``). Keeping the framing apart lets it be tested
 and benchmarked over any stream, e.g. raw TCP, with the exact same code path.
 
-A frame is a 4-byte big-endian length followed by that many bytes, the same format as
-``peerd.protocol.frames``. The length is checked against the caller's limit before any of
-the body is read, and the body is read in bounded chunks, so memory grows only with the
-bytes that actually arrive.
+The frame format is not defined here: the 4-byte length prefix is written by
+:func:`peerd.protocol.frames.frame_header` and read by
+:func:`peerd.protocol.frames.parse_frame_header`, which checks it against the caller's limit
+before any of the body is read. This module owns only the streaming around it: deadlines,
+bounded reads (memory grows only with the bytes that actually arrive), sinks and vectored
+writes that never join a large frame. It must not interpret frame bodies (that is
+``peerd.protocol``) nor know the session order (``peerd.protocol.session``).
 """
 
 from __future__ import annotations
 
 import mmap
-import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import trio
+
+from peerd.protocol import frames
+from peerd.protocol.frames import frame_header, parse_frame_header
+from peerd.protocol.limits import FRAME_HEADER_LEN, MAX_FRAME_LEN_CEILING
 
 #: Waiting for a frame to *start* (header bytes); bounds an idle peer holding a stream.
 READ_TIMEOUT_S = 30.0
@@ -33,11 +39,6 @@ MIN_TRANSFER_RATE_BPS = 256 * 1024
 READ_CHUNK_LEN = 1024 * 1024
 #: Frames above this are received into their own anonymous mmap (see read_exactly).
 LARGE_FRAME_LEN = READ_CHUNK_LEN
-#: The 4-byte big-endian length prefix cannot express more than this.
-MAX_FRAME_LEN = 2**32 - 1
-
-_HEADER = struct.Struct(">I")
-
 
 class TransportError(Exception):
     """Any failure on the wire; the caller drops the stream/peer and carries on."""
@@ -51,13 +52,12 @@ class StreamClosedError(TransportError):
     """The remote closed (EOF) or reset the stream."""
 
 
-class FrameTooLargeError(TransportError):
-    """A length prefix exceeded the caller's limit; the body was not read."""
+class FrameTooLargeError(TransportError, frames.FrameTooLargeError):
+    """A length prefix exceeded the caller's limit; the body was not read.
 
-    def __init__(self, length: int, max_len: int) -> None:
-        super().__init__(f"frame of {length} bytes exceeds limit {max_len}")
-        self.length = length
-        self.max_len = max_len
+    Both at once: a transport failure (callers that drop a stream on any
+    :class:`TransportError` still do) and the protocol's refusal with reason ``too_large``
+    (:class:`peerd.protocol.frames.FrameTooLargeError`, a ``ProtocolError``)."""
 
 
 class FrameSink(Protocol):
@@ -195,14 +195,15 @@ async def read_frame(
     (it is desynchronised). The header waits at most ``timeout_s``; the body gets
     ``timeout_s + len / MIN_TRANSFER_RATE_BPS``. The body goes to ``sink`` if one is given.
     """
-    if not 0 <= max_len <= MAX_FRAME_LEN:
+    if not 0 <= max_len <= MAX_FRAME_LEN_CEILING:
         raise ValueError(f"max_len {max_len} out of range")
     try:
         with trio.fail_after(timeout_s):
-            header = await stream.read_exactly(_HEADER.size)
-        (length,) = _HEADER.unpack(header)
-        if length > max_len:
-            raise FrameTooLargeError(length, max_len)
+            header = await stream.read_exactly(FRAME_HEADER_LEN)
+        try:
+            length = parse_frame_header(header, max_len)
+        except frames.FrameTooLargeError as e:
+            raise FrameTooLargeError(e.length, e.max_len) from None
         with trio.fail_after(_frame_deadline(timeout_s, length)):
             return await stream.read_exactly(length, sink)
     except trio.TooSlowError as e:
@@ -229,12 +230,11 @@ async def write_frame_parts(
     """One frame whose body is ``parts`` in order, written without joining them first;
     ``after_part(i)`` runs once part ``i`` is written (the sender may release its pages)."""
     length = sum(len(p) for p in parts)
-    if length > MAX_FRAME_LEN:
-        raise ValueError(f"payload of {length} bytes cannot be framed")
+    header = frame_header(length)  # ValueError above the protocol's ceiling: no peer reads it
     try:
         with trio.fail_after(_frame_deadline(timeout_s, length)):
             # Separate writes: concatenating header + parts would copy a 44 MB entry.
-            await stream.write(_HEADER.pack(length))
+            await stream.write(header)
             for i, part in enumerate(parts):
                 if len(part):
                     await stream.write(part)

@@ -1,31 +1,35 @@
-"""One anti-entropy session between two connected nodes, over any framed byte stream.
+"""The async driver of one gossip session (:mod:`peerd.protocol.session`) over any framed
+byte stream.
 
-The exchange is strictly turn-based so that neither side ever writes 44 MB while the other
-is also writing (which would deadlock two flow-controlled streams):
+The order of the exchange (Hello, Manifest, Digest, Want, then the entries, initiator first
+at every turn, strictly one side writing at a time) and what the peer may send when are
+:class:`peerd.protocol.session.Session`'s; see its docstring. This module does what the
+session asks, one step at a time, and brings in what needs the node or the event loop:
 
-1. ``Hello`` both ways: same fleet, and the node id must be the one the transport handshake
-   authenticated (discovery and Hello are hints; the Noise handshake is the proof).
-2. ``Manifest``: whoever holds the higher ``seq`` sends it; the other verifies it against the
-   fleet's admin key and adopts it. Then the peer must be an active member, or we close.
-3. ``Digest`` both ways: (origin, version, created_at, payload hash) for every held entry.
-4. ``Want`` both ways: computed by a metadata-only cache merge, so only entries that would
-   survive τ_max and C are requested, freshest first.
-5. Entries: the initiator announces (a ``Digest`` of what follows) and sends what was wanted;
-   then the responder does the same. Each received entry is verified in a worker thread
-   (signature, membership, hash, schema, finite values, norm) and merged on the loop thread.
+- reading and writing frames (``FrameIO``: the transport adds the length prefix and the
+  deadlines), the frame limit of each read coming from the session;
+- the node's decisions: our Digest, our Want (a metadata-only cache merge), the manifest
+  (verified against the fleet's admin key and adopted), the peer's membership, what we
+  send (what the peer asked for that we still hold);
+- memory: each received entry is spooled to disk as it arrives (``SessionContext``), takes
+  one of the shared receive slots, is verified in a worker thread (signature, membership,
+  hash, schema, finite values, norm) and merged on the loop thread; a mapped entry is sent
+  piece by piece, each piece released once written.
 
 Any :class:`ProtocolError` is counted under its reason, answered with an ``Error`` frame when
-possible, and ends only this session: the caller closes just this stream.
+possible, and ends only this session: the caller closes just this stream. This module must
+not decide the order of the exchange, nor parse frames itself.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import trio
 
@@ -35,16 +39,14 @@ from peerd.node.state import Held, NodeState, verify, wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import entry_frame_limit
 from peerd.protocol.errors import ProtocolError
-from peerd.protocol.limits import MAX_CONTROL_FRAME_LEN
 from peerd.protocol.manifest import accept_manifest
+from peerd.protocol.session import CheckPeer, Done, Phase, Send, Session
 from peerd.store.spool import MappedFrame, SpoolWriter, send_parts
 
 log = logging.getLogger(__name__)
 
 #: Capabilities we announce; none are required yet, the field lets future versions negotiate.
 CAPABILITIES = ("entries/v1",)
-
-M = TypeVar("M", bound=msg.Hello | msg.Digest | msg.Want | msg.ManifestMessage)
 
 
 class FrameIO(Protocol):
@@ -84,176 +86,164 @@ class SessionContext:
     spool_dir: Path | None = None
 
 
-async def _recv(io: FrameIO, expected: type[M]) -> M:
-    frame = await io.recv(MAX_CONTROL_FRAME_LEN)
-    message = msg.decode_frame(frame)
-    if isinstance(message, msg.Error):
-        raise ProtocolError(Reason.MALFORMED, f"peer refused: {message.code} {message.text}")
-    if not isinstance(message, expected):
-        raise ProtocolError(Reason.MALFORMED, f"expected {expected.TYPE}, got {message.TYPE}")
-    return message
-
-
-async def _send(io: FrameIO, message: msg.Message) -> None:
-    if isinstance(message, msg.Entry):
-        await io.send([message.head(), memoryview(message.payload)])
-    else:
-        await io.send([message.head()])
-
-
-async def _turn(io: FrameIO, initiator: bool, mine: M, expected: type[M]) -> M:
-    """Send ours and receive theirs, initiator first."""
-    if initiator:
-        await _send(io, mine)
-        return await _recv(io, expected)
-    theirs = await _recv(io, expected)
-    await _send(io, mine)
-    return theirs
-
-
 async def run_session(
     io: FrameIO, node: NodeState, ctx: SessionContext, *, peer_id: str, initiator: bool
 ) -> SessionResult:
     """Run one exchange with ``peer_id`` (already authenticated by the transport)."""
     result = SessionResult(peer_id)
+    # Our Hello names the seq of the manifest we can hand on (0 if we hold no signed one).
+    envelope = node.manifest_envelope
+    session = Session(
+        initiator=initiator,
+        hello=msg.Hello(node.fleet_id, node.id, node.manifest.seq if envelope is not None else 0,
+                        CAPABILITIES),
+        peer_id=peer_id,
+        manifest=msg.ManifestMessage(envelope) if envelope is not None else None,
+        entry_frame_limit=entry_frame_limit(wire_schema(node.schema)),
+    )
     try:
-        await _exchange(io, node, ctx, peer_id, initiator, result)
-    except ProtocolError as exc:
-        node.reject(exc.reason)
-        result.refused[str(exc.reason)] = result.refused.get(str(exc.reason), 0) + 1
-        log.info("session with %s ended: %s", peer_id, exc)
-        try:
-            with trio.move_on_after(1):
-                await _send(io, msg.Error(exc.code, exc.message[:200]))
-        except Exception as send_exc:  # best effort: the stream may already be gone
-            log.debug("could not tell %s why: %s", peer_id, send_exc)
-    except FrameTooLargeError as exc:
+        await _exchange(io, node, ctx, session, result)
+    except FrameTooLargeError as exc:  # before ProtocolError: it is one, with a torn stream
         # A length prefix above the limit is a refusal like any other (counted, audited by
         # the caller), not a mere transport failure. The stream is desynchronised (the body
         # was not read), so no Error frame: reset it where the stream can be reset.
-        node.reject(Reason.TOO_LARGE)
-        result.refused[str(Reason.TOO_LARGE)] = result.refused.get(str(Reason.TOO_LARGE), 0) + 1
+        session.fail(exc)
+        _refused(node, result, Reason.TOO_LARGE)
         log.info("session with %s ended: %s", peer_id, exc)
         reset = getattr(io, "reset", None)
         if reset is not None:
             await reset()
+    except ProtocolError as exc:
+        _refused(node, result, exc.reason)
+        log.info("session with %s ended: %s", peer_id, exc)
+        try:
+            with trio.move_on_after(1):
+                await io.send(session.fail(exc))
+        # Best effort: the stream may already be gone, and py-libp2p's errors on a dead
+        # stream have no common base; the session's outcome is already decided.
+        except Exception as send_exc:  # noqa: BLE001
+            log.debug("could not tell %s why: %s", peer_id, send_exc)
     return result
 
 
+def _refused(node: NodeState, result: SessionResult, reason: Reason) -> None:
+    node.reject(reason)
+    result.refused[str(reason)] = result.refused.get(str(reason), 0) + 1
+
+
 async def _exchange(
-    io: FrameIO, node: NodeState, ctx: SessionContext, peer_id: str, initiator: bool,
-    result: SessionResult,
+    io: FrameIO, node: NodeState, ctx: SessionContext, session: Session, result: SessionResult
 ) -> None:
-    seq = node.manifest.seq if node.manifest_envelope is not None else 0
-    hello = msg.Hello(node.fleet_id, node.id, seq, CAPABILITIES)
-    theirs = await _turn(io, initiator, hello, msg.Hello)
-    if theirs.fleet_id != node.fleet_id:
-        raise ProtocolError(Reason.WRONG_FLEET, "peer belongs to another fleet")
-    if theirs.node_id != peer_id:
-        raise ProtocolError(Reason.BAD_SIGNATURE, "Hello names a node other than the handshake")
-
-    # Manifests: initiator's direction first, then the responder's.
-    for sender_is_me in (initiator, not initiator):
-        if sender_is_me and seq > theirs.manifest_seq and node.manifest_envelope is not None:
-            await _send(io, msg.ManifestMessage(node.manifest_envelope))
-        elif not sender_is_me and theirs.manifest_seq > seq:
-            m = await _recv(io, msg.ManifestMessage)
-            manifest = accept_manifest(node.manifest, m.envelope, ctx.admin_key, node.fleet_id)
-            node.install_manifest(manifest, m.envelope, ctx.now())
-            ctx.on_manifest(m)
-            result.manifest_adopted = manifest.seq
-            seq = manifest.seq
-    node.manifest.check_member(peer_id, ctx.now())  # NOT_MEMBER / REVOKED / EXPIRED
-
-    their_digest = await _turn(io, initiator, node.digest(), msg.Digest)
-    # The peer may send exactly what this Want asked for. It must not be recomputed later:
-    # a concurrent session can move the cache meanwhile, and checking the peer's
-    # announcement against a Want it never saw refused honest peers as "malformed". An
-    # entry no longer needed by the time it arrives is dropped by the ledger as not_newer.
-    my_want = node.wants(their_digest, ctx.now())
-    their_want = await _turn(io, initiator, my_want, msg.Want)
-
-    for sending in (initiator, not initiator):
-        if sending:
-            await _send_entries(io, node, their_want, result)
+    """Do what the session asks, step by step; the node makes every decision it needs."""
+    outgoing: deque[Held] = deque()  # what we announced, in the order we send it
+    while not isinstance(step := session.next_step(), Done):
+        if isinstance(step, CheckPeer):
+            node.manifest.check_member(session.peer_id, ctx.now())  # NOT_MEMBER / REVOKED / ..
+            session.peer_admitted()
+        elif isinstance(step, Send) and step.phase is Phase.ENTRY:
+            await _send_held(io, session, outgoing.popleft())
+            result.sent += 1
+        elif isinstance(step, Send):
+            if step.phase is Phase.ANNOUNCE:
+                outgoing = deque(node.to_send(session.their_want))  # the asker's order
+            message = step.message
+            if message is None:  # not ours yet: the node builds it now
+                message = _build(node, ctx, session, step.phase, outgoing)
+            await io.send(session.send(message))
+        elif step.phase is Phase.ENTRY:
+            await _receive_entry(io, node, ctx, session, step.max_len, result)
         else:
-            await _receive_entries(io, node, ctx, peer_id, my_want, result)
+            received = session.receive(await io.recv(step.max_len))
+            if isinstance(received, msg.ManifestMessage):
+                _adopt_manifest(node, ctx, received, result)
 
 
-async def _send_entries(
-    io: FrameIO, node: NodeState, want: msg.Want, result: SessionResult
+def _build(
+    node: NodeState, ctx: SessionContext, session: Session, phase: Phase,
+    outgoing: deque[Held],
+) -> msg.Message:
+    """The message the node owes for ``phase``, computed when it is sent."""
+    if phase is Phase.DIGEST:
+        return node.digest()
+    if phase is Phase.WANT:
+        # A metadata-only cache merge: only entries that would survive τ_max and C are asked
+        # for, freshest first. The session keeps it: the peer's announcement is checked
+        # against what we sent, never a recomputed Want.
+        return node.wants(session.their_digest, ctx.now())
+    if phase is Phase.ANNOUNCE:
+        return msg.Digest(tuple(
+            msg.DigestItem(h.entry.meta.origin, h.entry.meta.version, h.entry.meta.created_at,
+                           bytes.fromhex(h.entry.meta.digest))
+            for h in outgoing
+        ))
+    raise AssertionError(f"the session holds the {phase.value} message itself")
+
+
+def _adopt_manifest(
+    node: NodeState, ctx: SessionContext, m: msg.ManifestMessage, result: SessionResult
 ) -> None:
-    outgoing = node.to_send(want)  # in the asker's order: freshest first
-    await _send(io, msg.Digest(tuple(
-        msg.DigestItem(h.entry.meta.origin, h.entry.meta.version, h.entry.meta.created_at,
-                       bytes.fromhex(h.entry.meta.digest))
-        for h in outgoing
-    )))
-    for held in outgoing:
-        await _send_held(io, held)
-        result.sent += 1
+    manifest = accept_manifest(node.manifest, m.envelope, ctx.admin_key, node.fleet_id)
+    node.install_manifest(manifest, m.envelope, ctx.now())
+    ctx.on_manifest(m)
+    result.manifest_adopted = manifest.seq
 
 
-async def _send_held(io: FrameIO, held: Held) -> None:
+async def _send_held(io: FrameIO, session: Session, held: Held) -> None:
     """An entry as held: a mapped one piece by piece, each piece released once written."""
+    parts = session.send(held.message)
     if held.frame is None:
-        await _send(io, held.message)
+        await io.send(parts)
         return
-    parts, written = send_parts(held.message.head(), held.frame, held.message.payload)
+    # Same bytes, other pieces: the head the session returned, then the mapping's pages.
+    # (parts[0], the head, is already bytes: bytes() of it is the same object, no copy.)
+    pieces, written = send_parts(bytes(parts[0]), held.frame, held.message.payload)
+    del parts
     try:
-        await io.send(parts, after_part=written)
+        await io.send(pieces, after_part=written)
     finally:
         held.frame.release()
 
 
 async def read_entry(
-    io: FrameIO, limit: int, spool_dir: Path | None
+    io: FrameIO, limit: int, spool_dir: Path | None,
+    decode: Callable[[bytes | bytearray | memoryview], msg.Message] = msg.decode_frame,
 ) -> tuple[msg.Entry, MappedFrame | None]:
     """One entry frame, not yet verified: written to a temporary file in ``spool_dir`` as it
-    arrives and mapped (peerd.store.spool), or in memory (no spool, or the disk refused it)."""
+    arrives and mapped (peerd.store.spool), or in memory (no spool, or the disk refused it).
+    A session decodes with its ``receive`` (which also checks that an entry may come now)."""
     sink = SpoolWriter(spool_dir) if spool_dir is not None else None
     frame = await io.recv(limit, sink=sink)
-    message = msg.decode_frame(frame)
+    message = decode(frame)
     del frame  # the message's views keep the buffer alive only while they are needed
     if not isinstance(message, msg.Entry):
         raise ProtocolError(Reason.MALFORMED, f"expected entry, got {message.TYPE}")
     return message, (sink.frame if sink is not None else None)
 
 
-async def _receive_entries(
-    io: FrameIO, node: NodeState, ctx: SessionContext, peer_id: str, want: msg.Want,
+async def _receive_entry(
+    io: FrameIO, node: NodeState, ctx: SessionContext, session: Session, limit: int,
     result: SessionResult,
 ) -> None:
-    announce = await _recv(io, msg.Digest)
-    wanted = set(want.items)
-    limit = entry_frame_limit(wire_schema(node.schema))
-    for item in announce.entries:
-        if (item.origin, item.version) not in wanted:
-            raise ProtocolError(Reason.MALFORMED, "peer announced an entry we did not ask for")
-        wanted.discard((item.origin, item.version))
-    for item in announce.entries:
-        # The sender blocks on flow control while we wait for a slot: nothing piles up here.
-        async with ctx.receive_slots or nullcontext():
-            message, mapped = await read_entry(io, limit, ctx.spool_dir)
-            try:
-                verified = await trio.to_thread.run_sync(lambda m=message, f=mapped: verify(
-                    m, fleet_id=node.fleet_id, manifest=node.manifest, ledger=node.ledger,
-                    schema=node.schema, limits=node.limits, now=ctx.now(), frame=f))
-            except ProtocolError as exc:
-                # One bad entry does not end the session: count it and read the next frame.
-                node.reject(exc.reason)
-                result.refused[str(exc.reason)] = result.refused.get(str(exc.reason), 0) + 1
-                log.info("refused entry from %s via %s: %s", item.origin[:16], peer_id[:16],
-                         exc)
-                continue
-            finally:
-                del message, mapped  # a refused spooled entry's file goes with its mapping
-            meta = verified.entry.meta
-            if (meta.origin, meta.version) != (item.origin, item.version):
-                raise ProtocolError(Reason.MALFORMED, "entry differs from its announcement")
-            reason = node.accept(verified, sender=peer_id, now=ctx.now())
-            del verified  # refused: its buffer goes back before the slot does
-        if reason is None:
-            result.received += 1
-        else:
-            result.refused[str(reason)] = result.refused.get(str(reason), 0) + 1
+    # The sender blocks on flow control while we wait for a slot: nothing piles up here.
+    async with ctx.receive_slots or nullcontext():
+        message, mapped = await read_entry(io, limit, ctx.spool_dir, decode=session.receive)
+        try:
+            verified = await trio.to_thread.run_sync(lambda m=message, f=mapped: verify(
+                m, fleet_id=node.fleet_id, manifest=node.manifest, ledger=node.ledger,
+                schema=node.schema, limits=node.limits, now=ctx.now(), frame=f))
+        except ProtocolError as exc:
+            # One bad entry does not end the session: count it and read the next frame.
+            _refused(node, result, exc.reason)
+            log.info("refused entry from %s via %s: %s", session.announced_entry.origin[:16],
+                     session.peer_id[:16], exc)
+            return
+        finally:
+            del message, mapped  # a refused spooled entry's file goes with its mapping
+        meta = verified.entry.meta
+        session.check_entry(meta.origin, meta.version)
+        reason = node.accept(verified, sender=session.peer_id, now=ctx.now())
+        del verified  # refused: its buffer goes back before the slot does
+    if reason is None:
+        result.received += 1
+    else:
+        result.refused[str(reason)] = result.refused.get(str(reason), 0) + 1

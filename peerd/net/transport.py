@@ -2,8 +2,11 @@
 
 Everything libp2p lives in this module, so the gossip layer sees only peer-id strings,
 multiaddr strings, :class:`Stream` objects and :class:`TransportError`. The libp2p-free
-parts, :mod:`peerd.net.framing` and :mod:`peerd.net.transport_config`, are re-exported from here.
-The mends for the py-libp2p 0.8.1 defects listed in ``shared/README.md`` are applied here:
+parts, :mod:`peerd.net.framing` and :mod:`peerd.net.transport_config`, are re-exported from here;
+this module owns the sockets (the host's, and the port probe before it listens). It must not
+know what travels in a frame (that is :mod:`peerd.net.gossip` and :mod:`peerd.protocol`).
+Mends for the py-libp2p 0.8.1 defects (measured and tabled in ``docs/transport.md``,
+section "py-libp2p 0.8.1 defects") are applied here:
 
 1. the inbound connection cap counts connections over the host's *lifetime* (a slot is
    held until the swarm ends), so it is raised far above anything a LAN node will see;
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -40,7 +44,7 @@ import multiaddr  # no stubs/py.typed in 0.2.0
 import trio
 from libp2p import new_host
 from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
-from libp2p.crypto.ed25519 import Ed25519PublicKey, create_new_key_pair
+from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig, RetryConfig
@@ -68,7 +72,6 @@ from peerd.net.transport_config import (
     MAX_TRACKED_PEERS,
     STREAM_CLOSE_TIMEOUT_S,
     STREAM_OPEN_TIMEOUT_S,
-    check_port_free,
     seed_of,
 )
 from peerd.net.transport_config import PROTOCOL_ID as PROTOCOL_ID
@@ -142,7 +145,7 @@ class Stream(FramedStream):
             try:
                 # NetStream has close_write, the INetStream interface does not declare it.
                 await self._raw.close_write()  # type: ignore[attr-defined]
-            except Exception as e:
+            except Exception as e:  # libp2p's muxer errors share no common base: wrap them all
                 raise TransportError(f"close_write failed: {e!r}") from e
 
     async def close(self) -> None:
@@ -150,7 +153,7 @@ class Stream(FramedStream):
         with trio.CancelScope(shield=True, deadline=trio.current_time() + STREAM_CLOSE_TIMEOUT_S):
             try:
                 await self._raw.close()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - teardown never raises (see docstring)
                 logger.debug("close of stream to %s failed: %r", self.peer_id, e)
 
     async def reset(self) -> None:
@@ -158,18 +161,13 @@ class Stream(FramedStream):
         with trio.CancelScope(shield=True, deadline=trio.current_time() + STREAM_CLOSE_TIMEOUT_S):
             try:
                 await self._raw.reset()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - teardown never raises (see docstring)
                 logger.debug("reset of stream to %s failed: %r", self.peer_id, e)
 
 
 # --- identity ---------------------------------------------------------------------------
-
-
-def peer_id_from_public_key(public_key: bytes) -> str:
-    """libp2p's peer id (``12D3KooW…``) for a raw 32-byte Ed25519 public key."""
-    if len(public_key) != 32:
-        raise ValueError("an Ed25519 public key is 32 bytes")
-    return str(ID.from_pubkey(Ed25519PublicKey.from_bytes(public_key)).to_base58())
+# A node id is the libp2p peer id of its key: peerd.protocol.identity.node_id_of computes it
+# without libp2p (a test checks that the two agree).
 
 
 def _parse_peer_id(peer_id: str) -> ID:
@@ -332,7 +330,8 @@ class Transport:
                     swarm.unblock_peer(pid)  # type: ignore[attr-defined]
                     try:
                         await self._host.connect(PeerInfo(pid, [maddr]))
-                    except Exception as e:
+                    # py-libp2p's dial raises many unrelated types; record each, try the next.
+                    except Exception as e:  # noqa: BLE001
                         errors.append(f"{maddr}: {e}")
                         continue
                     if self.is_connected(peer_id):
@@ -346,7 +345,7 @@ class Transport:
         with trio.move_on_after(DISCONNECT_TIMEOUT_S):
             try:
                 await self._host.disconnect(_parse_peer_id(peer_id))
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a failed disconnect is only logged
                 logger.debug("disconnect from %s failed: %r", peer_id, e)
 
     @asynccontextmanager
@@ -501,11 +500,28 @@ class _DemoteToDebug(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             _libp2p_log.debug("%s %s: %s", record.levelname, record.name, record.getMessage())
-        except Exception:
+        except Exception:  # noqa: BLE001 - logging.Handler's contract: hand it to handleError
             self.handleError(record)
 
 
 _libp2p_log = logging.getLogger("peerd.net.transport.libp2p")
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail if another socket listens on ``host:port``.
+
+    py-libp2p listens with SO_REUSEPORT (for hole punching), so a second daemon on the same
+    port would not fail: the kernel would split inbound connections between the two. A
+    probe bound *without* SO_REUSEPORT gets EADDRINUSE while any listener holds the port.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # REUSEADDR only: TIME_WAIT leftovers from our own previous run are no conflict.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise TransportError(f"cannot listen on {host}:{port}: {e.strerror}") from e
 
 
 @asynccontextmanager
@@ -525,7 +541,7 @@ async def open_transport(
     """
     cfg = config if config is not None else TransportConfig()
     if cfg.listen_port != 0:
-        check_port_free(cfg.listen_host, cfg.listen_port)
+        _check_port_free(cfg.listen_host, cfg.listen_port)
     transport = Transport(identity, handler, cfg, on_connected, on_disconnected)
     listen = multiaddr.Multiaddr(tcp_multiaddr(cfg.listen_host, cfg.listen_port))
     try:

@@ -1,14 +1,14 @@
-"""The transport's settings, limits, deadlines and per-peer counters (no libp2p here).
+"""The transport's settings, limits, deadlines and per-peer counters, as plain Python.
 
 :mod:`peerd.net.transport` runs the libp2p host under these and re-exports what callers use;
 keeping the plain-Python parts apart keeps that module (the only one importing libp2p)
-about the host itself.
+about the host itself. This module must not import libp2p nor open sockets (the port probe
+lives with the host, in :mod:`peerd.net.transport`); its only I/O is reading the clock.
 """
 
 from __future__ import annotations
 
 import math
-import socket
 import time
 from dataclasses import dataclass, field
 
@@ -175,19 +175,3 @@ def tcp_multiaddr(host: str, port: int) -> str:
     proto = "ip6" if ":" in host else "ip4"
     return f"/{proto}/{host}/tcp/{port}"
 
-
-def check_port_free(host: str, port: int) -> None:
-    """Fail if another socket listens on ``host:port``.
-
-    py-libp2p listens with SO_REUSEPORT (for hole punching), so a second daemon on the same
-    port would not fail: the kernel would split inbound connections between the two. A
-    probe bound *without* SO_REUSEPORT gets EADDRINUSE while any listener holds the port.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # REUSEADDR only: TIME_WAIT leftovers from our own previous run are no conflict.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as e:
-            raise TransportError(f"cannot listen on {host}:{port}: {e.strerror}") from e

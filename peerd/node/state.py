@@ -1,9 +1,12 @@
 """One node's gossip state: its own signed entry, its cache, and what to ask peers for.
 
 This is the seam between the wire (``peerd.protocol``: frames, signatures, membership) and
-the algorithm (``peerd.core``: validation, merge, α, blend). It does no I/O and reads no
-clock (entries may live in mapped state files, see ``peerd.store.spool``: it reads them and hints
-their pages back, nothing more): the daemon passes ``now`` in, and runs the expensive, pure
+the algorithm (``peerd.core``: validation, merge, α, blend). It reads no clock (the daemon
+passes ``now`` in), opens no file or socket and writes nothing. Its one contact with the
+operating system: an entry may be backed by a state file that the caller mapped
+(:class:`peerd.store.spool.MappedFrame`); this module reads and hashes the mapped bytes and
+hands their pages back to the kernel (``madvise``, through ``MappedFrame.release`` and
+:class:`peerd.store.spool.PagedParams`) once they are read. The daemon runs the expensive
 parts (:func:`verify`, :func:`sign_own`) in worker threads while state changes stay on the
 event-loop thread.
 

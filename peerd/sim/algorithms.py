@@ -1,30 +1,35 @@
-"""Aggregation of one round for each algorithm, all through :mod:`peerd.core`.
+"""What each simulated algorithm blends, as the blend step of the core round for all agents.
 
-Every algorithm starts a round from the same place — each agent's trained model x̃_{i,t},
-rows of an ``[A, D]`` matrix — and differs only in what it blends:
+Every algorithm runs the daemon's round (:func:`peerd.core.round.cached_dfl_round`: plan →
+α → blend → local update → publish) for all agents at once, and they differ only in what an
+agent holds when it blends (its "cache"):
 
-* ``cached-dfl``: at every contact both agents swap caches with the core's ``merge``
-  (τ_max, C, freshest-first), then each agent blends its own model with its cache using the
-  core's ``blend_plan`` (α policy) — all agents in one ``blend_rows`` product.
-* ``dfl`` (DeFedAvg): blend with the models of the agents met during this round; no cache,
-  no relay.
-* ``fedavg``: one blend of all agents (example-weighted), given to everybody.
-* ``isolated``: no blend.
+* ``cached-dfl``: its cache: at every contact both agents swap their own model and cache with
+  the core's ``merge`` (τ_max, C, freshest first), so models also travel by relay;
+* ``dfl`` (DeFedAvg): the models of the agents it met during the last round; no cache, no relay;
+* ``fedavg``: every agent's model, weighted by example count: one global model for everybody;
+* ``isolated``: nothing.
+
+A :class:`Fleet` holds one algorithm's agents: their models as rows of an ``[A, D]`` float32
+matrix, and what each holds to blend. Its ``blend`` is one ``blend_rows`` product for all
+agents; training is the runner's (the same for every algorithm). What the fleet must not do:
+decide α, order the round or draw random numbers (plans come from the core round).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from peerd.core.alpha import AlphaPolicy, Member, alpha_weights
+from peerd.core.alpha import AlphaPolicy
 from peerd.core.blend import blend_rows
 from peerd.core.cache import merge
 from peerd.core.entry import CacheItem, EntryMeta
-from peerd.core.plan import blend_plan
+from peerd.core.plan import BlendPlan
+from peerd.core.round import RoundAgent
 from peerd.core.staleness import Clock
 
 ALGORITHMS = ("cached-dfl", "dfl", "fedavg", "isolated")
@@ -32,6 +37,35 @@ ALGORITHMS = ("cached-dfl", "dfl", "fedavg", "isolated")
 
 def origin_id(agent: int) -> str:
     return f"agent-{agent:04d}"
+
+
+def agent_meta(agent: int, version: int, num_examples: int) -> EntryMeta:
+    """Agent ``agent``'s model of round ``version`` as an entry would describe it."""
+    origin = origin_id(agent)
+    return EntryMeta(
+        origin=origin,
+        version=version,
+        created_at=float(version),
+        schema_id="sim",
+        num_examples=num_examples,
+        # No equivocation exists in the simulator, so a unique stand-in avoids hashing
+        # 100 x 2 MB per round; the core uses digests only to detect equivocation.
+        digest=f"{origin}@{version}",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Contacts:
+    """Who met whom during one round."""
+
+    ticks: Sequence[np.ndarray]  # per 1 s tick, the [n, 2] pairs (i < j) in range
+    met: np.ndarray  # [A, A] bool, symmetric: met at some tick of the round
+
+
+@dataclass
+class CacheStats:
+    avg_models: float  # mean number of peer models in a cache, at blend time
+    avg_age: float  # mean staleness (rounds) of those models; nan if all caches are empty
 
 
 class ModelBank:
@@ -82,19 +116,117 @@ class ModelBank:
             self._keys.pop()
 
 
-@dataclass
-class CacheStats:
-    avg_models: float  # mean number of peer models in a cache, at blend time
-    avg_age: float  # mean staleness (rounds) of those models; nan if all caches are empty
+class Fleet:
+    """All agents of one algorithm. This base class is ``isolated``: nobody blends anything.
+
+    ``matrix`` is every agent's current model: its trained model once published, then the
+    blend that opens the next round. ``version`` is the round last published (None: none yet,
+    every agent still holds the initial model).
+    """
+
+    def __init__(self, init: torch.Tensor, num_examples: Sequence[int], policy: AlphaPolicy):
+        self.matrix = init
+        self.n = init.shape[0]
+        self.num_examples = list(num_examples)
+        self.policy = policy
+        self.version: int | None = None
+
+    @property
+    def clock(self) -> Clock:
+        """Now, for the blend that opens the next round: the round last published."""
+        return Clock.rounds(self.version or 0)
+
+    def agents(self) -> list[RoundAgent]:
+        """Each agent's own model and what it holds to blend, in the core round's terms."""
+        version = self.version or 0
+        return [
+            RoundAgent(agent_meta(a, version, self.num_examples[a]), self.held(a),
+                       published=self.version is not None)
+            for a in range(self.n)
+        ]
+
+    def held(self, agent: int) -> tuple[CacheItem, ...]:
+        """The peer models ``agent`` blends with (cache order)."""
+        return ()
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        """Nothing to blend: every plan is alone."""
+
+    def publish(self, trained: torch.Tensor, t: int, contacts: Contacts) -> None:
+        """Round ``t``'s trained models become version ``t``; then the round's contacts."""
+        self.matrix = trained
+        self.version = t
+
+    def stats(self) -> CacheStats | None:
+        return None
+
+    def _peers_of(self, t: int, agents: Iterable[int]) -> tuple[CacheItem, ...]:
+        """Version ``t`` of ``agents``' models as cache items keyed by their row."""
+        return tuple(
+            CacheItem(agent_meta(m, t, self.num_examples[m]), None, float(t), payload=m)
+            for m in agents
+        )
+
+    def _alpha(self, plans: Sequence[BlendPlan]) -> np.ndarray:
+        """``[A, A]``: each agent's plan spread over the rows of ``matrix`` (own + held)."""
+        alpha = np.zeros((self.n, self.n), dtype=np.float64)
+        for a, plan in enumerate(plans):
+            rows = [a, *(_payload(item) for item in self.held(a))]
+            alpha[a, rows] = plan.alpha
+        return alpha
 
 
-class CachedDFL:
+class DFL(Fleet):
+    """DeFedAvg: blend with the agents met during the last round, as they were published."""
+
+    def __init__(self, init: torch.Tensor, num_examples: Sequence[int], policy: AlphaPolicy):
+        super().__init__(init, num_examples, policy)
+        self.met = np.zeros((self.n, self.n), dtype=bool)
+
+    def held(self, agent: int) -> tuple[CacheItem, ...]:
+        if self.version is None:
+            return ()
+        return self._peers_of(self.version, np.flatnonzero(self.met[agent]).tolist())
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        if self.version is None:
+            return
+        self.matrix = blend_rows(self.matrix, torch.from_numpy(self._alpha(plans)))
+
+    def publish(self, trained: torch.Tensor, t: int, contacts: Contacts) -> None:
+        super().publish(trained, t, contacts)
+        self.met = contacts.met
+
+
+class FedAvg(Fleet):
+    """FedAvg: every agent blends every agent's model by example count (the policy given)."""
+
+    def __init__(self, init: torch.Tensor, num_examples: Sequence[int], policy: AlphaPolicy):
+        super().__init__(init, num_examples, policy)
+        self._everyone: tuple[CacheItem, ...] = ()
+
+    def held(self, agent: int) -> tuple[CacheItem, ...]:
+        return self._everyone[:agent] + self._everyone[agent + 1 :]
+
+    def publish(self, trained: torch.Tensor, t: int, contacts: Contacts) -> None:
+        super().publish(trained, t, contacts)
+        self._everyone = self._peers_of(t, range(self.n))
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        if self.version is None:
+            return
+        # Every agent blends the same models with the same weights (its own first, which for
+        # agent 0 is row order): one product gives the global model, handed to everybody.
+        weights = torch.tensor(plans[0].alpha, dtype=torch.float64)
+        self.matrix = blend_rows(self.matrix, weights).expand(self.n, -1).clone()
+
+
+class CachedDFL(Fleet):
     """Caches of all agents and the bank of the models they point to."""
 
     def __init__(
         self,
-        num_agents: int,
-        dim: int,
+        init: torch.Tensor,
         num_examples: Sequence[int],
         *,
         capacity: int,
@@ -102,45 +234,62 @@ class CachedDFL:
         policy: AlphaPolicy,
         lazy: bool = True,
     ) -> None:
-        self.n = num_agents
+        super().__init__(init, num_examples, policy)
         self.lazy = lazy  # False: merge at every tick of every contact (the test reference)
         self.capacity = capacity
         self.tau_max = tau_max
-        self.policy = policy
-        self.num_examples = list(num_examples)
-        self.caches: list[tuple[CacheItem, ...]] = [() for _ in range(num_agents)]
-        self.bank = ModelBank(dim)
+        self.caches: list[tuple[CacheItem, ...]] = [() for _ in range(self.n)]
+        self.bank = ModelBank(init.shape[1])
         self.own: list[CacheItem] = []
         self.merges = 0
+        self._stats: CacheStats | None = None
 
-    def _meta(self, agent: int, version: int) -> EntryMeta:
-        origin = origin_id(agent)
-        return EntryMeta(
-            origin=origin,
-            version=version,
-            created_at=float(version),
-            schema_id="sim",
-            num_examples=self.num_examples[agent],
-            # No equivocation exists in the simulator, so a unique stand-in avoids hashing
-            # 100 x 2 MB per round; the core uses digests only to detect equivocation.
-            digest=f"{origin}@{version}",
+    def agents(self) -> list[RoundAgent]:
+        if not self.own:
+            return super().agents()
+        return [RoundAgent(self.own[a].meta, self.caches[a], published=True) for a in range(self.n)]
+
+    def held(self, agent: int) -> tuple[CacheItem, ...]:
+        return self.caches[agent]
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        if not self.own:
+            return  # nothing published yet: every agent holds the initial model, alone
+        clock = self.clock
+        alpha = np.zeros((self.n, len(self.bank)), dtype=np.float64)
+        sizes: list[int] = []
+        ages: list[float] = []
+        for a, plan in enumerate(plans):
+            members = [self.own[a], *self.caches[a]]
+            for item, w in zip(members, plan.alpha, strict=True):
+                alpha[a, self.bank.row(_key(item))] += w
+            sizes.append(len(self.caches[a]))
+            ages.extend(clock.staleness(item.meta) for item in self.caches[a])
+        self.matrix = blend_rows(self.bank.occupied, torch.from_numpy(alpha))
+        live = {_key(item) for cache in self.caches for item in cache}
+        self.bank.retain(live)
+        self._stats = CacheStats(
+            avg_models=float(np.mean(sizes)),
+            avg_age=float(np.mean(ages)) if ages else float("nan"),
         )
 
-    def round(
-        self, trained: torch.Tensor, round_index: int, contact_ticks: Sequence[np.ndarray]
-    ) -> tuple[torch.Tensor, CacheStats]:
-        """Publish ``trained`` as version ``round_index``, exchange at contacts, blend."""
-        t = round_index
-        clock = Clock.rounds(t)
+    def stats(self) -> CacheStats | None:
+        return self._stats
+
+    def publish(self, trained: torch.Tensor, t: int, contacts: Contacts) -> None:
+        """Version ``t`` into the bank, exchanges at every contact, then age the caches out."""
+        super().publish(trained, t, contacts)
+        clock = self.clock
         self.bank.add_many([(a, t) for a in range(self.n)], trained)
         self.own = [
-            CacheItem(self._meta(a, t), None, float(t), payload=(a, t)) for a in range(self.n)
+            CacheItem(agent_meta(a, t, self.num_examples[a]), None, float(t), payload=(a, t))
+            for a in range(self.n)
         ]
         # A pair exchanges again only when one side's cache (or model) changed since their
         # last exchange: merge is a pure function, so the skipped call would change nothing.
         stamp = [0] * self.n
         last: dict[tuple[int, int], tuple[int, int]] = {}
-        for pairs in contact_ticks:
+        for pairs in contacts.ticks:
             for i, j in pairs.tolist():
                 if self.lazy and last.get((i, j)) == (stamp[i], stamp[j]):
                     continue
@@ -151,33 +300,11 @@ class CachedDFL:
                         stamp[a] += 1
                     self.caches[a] = new
                 last[(i, j)] = (stamp[i], stamp[j])
-        # Age out what expired since the last contact, then blend own + cache for everyone.
-        alpha = np.zeros((self.n, len(self.bank)), dtype=np.float64)
-        sizes: list[int] = []
-        ages: list[float] = []
-        for a in range(self.n):
-            self.caches[a] = merge(
-                self.caches[a],
-                (),
-                clock=clock,
-                tau_max=self.tau_max,
-                capacity=self.capacity,
-                own_origin=origin_id(a),
-            ).cache
-            _, weights = blend_plan(self.own[a].meta, self.caches[a], clock, self.policy)
-            members = [self.own[a], *self.caches[a]]
-            for item, w in zip(members, weights, strict=True):
-                alpha[a, self.bank.row(_key(item))] += w
-            sizes.append(len(self.caches[a]))
-            ages.extend(clock.staleness(item.meta) for item in self.caches[a])
-        blended = blend_rows(self.bank.occupied, torch.from_numpy(alpha))
-        live = {_key(item) for cache in self.caches for item in cache}
-        self.bank.retain(live)
-        stats = CacheStats(
-            avg_models=float(np.mean(sizes)),
-            avg_age=float(np.mean(ages)) if ages else float("nan"),
-        )
-        return blended, stats
+        self.caches = [
+            merge(cache, (), clock=clock, tau_max=self.tau_max, capacity=self.capacity,
+                  own_origin=origin_id(a)).cache
+            for a, cache in enumerate(self.caches)
+        ]
 
     def _receive(self, me: int, peer: int, t: int, clock: Clock) -> tuple[CacheItem, ...]:
         sender = origin_id(peer)
@@ -196,6 +323,33 @@ class CachedDFL:
         ).cache
 
 
+def make_fleet(
+    algorithm: str,
+    init: torch.Tensor,
+    num_examples: Sequence[int],
+    *,
+    policy: AlphaPolicy,
+    capacity: int,
+    tau_max: float,
+) -> Fleet:
+    """The fleet of ``algorithm``, every agent starting from its row of ``init``."""
+    if algorithm == "cached-dfl":
+        return CachedDFL(init, num_examples, capacity=capacity, tau_max=tau_max, policy=policy)
+    if algorithm == "dfl":
+        return DFL(init, num_examples, policy)
+    if algorithm == "fedavg":
+        return FedAvg(init, num_examples, AlphaPolicy.parse("examples"))
+    if algorithm == "isolated":
+        return Fleet(init, num_examples, policy)
+    raise ValueError(f"unknown algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+
+
+def _payload(item: CacheItem) -> int:
+    row = item.payload
+    assert isinstance(row, int)
+    return row
+
+
 def _key(item: CacheItem) -> tuple[int, int]:
     key = item.payload
     assert isinstance(key, tuple)
@@ -204,26 +358,3 @@ def _key(item: CacheItem) -> tuple[int, int]:
 
 def _keys(cache: Sequence[CacheItem]) -> list[tuple[str, int]]:
     return [(item.meta.origin, item.meta.version) for item in cache]
-
-
-def dfl_round(
-    trained: torch.Tensor,
-    met: np.ndarray,
-    num_examples: Sequence[int],
-    policy: AlphaPolicy,
-) -> torch.Tensor:
-    """DeFedAvg: each agent blends itself with everyone it met this round (``met`` [A, A])."""
-    n = trained.shape[0]
-    alpha = np.zeros((n, n), dtype=np.float64)
-    for a in range(n):
-        members = [a, *np.flatnonzero(met[a]).tolist()]
-        weights = alpha_weights(policy, [Member(num_examples[m], 0.0) for m in members])
-        alpha[a, members] = weights
-    return blend_rows(trained, torch.from_numpy(alpha))
-
-
-def fedavg_round(trained: torch.Tensor, num_examples: Sequence[int]) -> torch.Tensor:
-    """FedAvg: the example-weighted mean of all agents, handed to every agent."""
-    weights = alpha_weights(AlphaPolicy.parse("examples"), [Member(n, 0.0) for n in num_examples])
-    global_model = blend_rows(trained, torch.from_numpy(weights))
-    return global_model.expand(trained.shape[0], -1).clone()

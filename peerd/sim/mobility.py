@@ -8,6 +8,8 @@ agent goes straight with probability 0.5 (when a straight road exists), otherwis
 one of the other roads uniformly; it makes a U-turn only at a dead end, where no other road
 exists (an end of a single street when one of the block counts is 0). Where no straight road
 exists (the grid's edge), the agent turns uniformly among the roads that exist.
+Deterministic given the ``numpy.random.Generator`` passed in (no global RNG); it knows
+nothing of models or training: what a contact exchanges is :mod:`peerd.sim.algorithms`'s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Writing a run's metrics (CSV, JSON) and plots (PNG) into the output folder."""
+"""Writing a run's metrics (CSV, JSON) and plots (PNG) into the output folder.
+
+It writes only into the folder it is given and computes no metric: the numbers are the
+runner's (:class:`peerd.sim.runner.SimResult`). matplotlib is imported only to plot.
+"""
 
 from __future__ import annotations
 

@@ -3,24 +3,32 @@
 All algorithms of one run share the data partition, the initial model, the mobility trace
 and every agent's mini-batches (see :func:`peerd.sim.train.agent_generator`): the only thing
 that differs between them is aggregation, so their curves are directly comparable.
+
+Each round of each algorithm is the core round (:func:`peerd.core.round.cached_dfl_round`)
+for all agents at once: the algorithm's fleet blends (:mod:`peerd.sim.algorithms`), this
+module trains (:mod:`peerd.sim.train`). Owns the run's loop, timing and records; it must not
+decide α or the order of a round.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from peerd.core.alpha import AlphaPolicy
-from peerd.core.entry import flatten
+from peerd.core.entry import Schema, flatten
+from peerd.core.plan import BlendPlan
+from peerd.core.round import Anchor, blend_step, cached_dfl_round
 from peerd.learn.data import DATASETS, Dataset, check_partition_spec, load_dataset, partition
 from peerd.learn.models import build_model, default_model_kind
-from peerd.sim.algorithms import ALGORITHMS, CachedDFL, dfl_round, fedavg_round
+from peerd.sim.algorithms import ALGORITHMS, CachedDFL, Contacts, Fleet, make_fleet
 from peerd.sim.mobility import GridConfig, ManhattanMobility, contacts
 from peerd.sim.train import draw_batches, evaluate, model_schema, train_batched, train_loop
 
@@ -167,6 +175,70 @@ def mobility_trace(config: SimConfig, rng: np.random.Generator) -> Callable[[], 
     return one_round
 
 
+Trainer = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass
+class _Ops:
+    """The core round's ops for one fleet: its blend and the run's training, timed apart.
+
+    Training ignores the anchor kinds: the functional update keeps its starting point, the
+    blend, as x̄ with no copy (a published anchor has the same values; ρ = 0 reads none)."""
+
+    fleet: Fleet
+    trainer: Trainer
+    blend_s: float = 0.0
+    train_s: float = 0.0
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        start = time.perf_counter()
+        self.fleet.blend(plans)
+        self.blend_s = time.perf_counter() - start
+
+    def train(self, anchors: Sequence[Anchor]) -> tuple[torch.Tensor, torch.Tensor]:
+        start = time.perf_counter()
+        out = self.trainer(self.fleet.matrix)
+        self.train_s = time.perf_counter() - start
+        return out
+
+
+@dataclass(frozen=True)
+class _Trained:
+    """A round trained and published whose record waits for its blend (the next round's)."""
+
+    train_loss: float
+    contacts: int
+    seconds: float
+
+
+def _closed(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    raise RuntimeError("the blend that closes a run trains nothing")
+
+
+def _trainer(config: SimConfig, model: nn.Module, schema: Schema, x: torch.Tensor,
+             y: torch.Tensor, agent_idx: list[np.ndarray], t: int) -> Trainer:
+    """Round ``t``'s local update for all agents (batched, or the per-agent reference)."""
+    if config.batched:
+        batches = draw_batches(agent_idx, config.local_steps, config.batch_size, config.seed, t)
+        return lambda matrix: train_batched(
+            model, matrix, schema, x, y, batches, lr=config.lr, rho=config.rho
+        )
+    return lambda matrix: train_loop(
+        model,
+        matrix,
+        schema,
+        x,
+        y,
+        agent_idx,
+        steps=config.local_steps,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        rho=config.rho,
+        seed=config.seed,
+        round_index=t,
+    )
+
+
 def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     """Run every algorithm of ``config``; deterministic for a given config."""
     config.validate()
@@ -192,15 +264,17 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     init = flatten(dict(model.named_parameters()), schema)
     num_examples = [len(p) for p in parts]
     policy = AlphaPolicy.parse(config.alpha)
-    matrices = {alg: init.expand(config.agents, -1).clone() for alg in config.algorithms}
-    cached = CachedDFL(
-        config.agents,
-        schema.flat_size,
-        num_examples,
-        capacity=config.capacity,
-        tau_max=config.tau_max,
-        policy=policy,
-    )
+    fleets = {
+        alg: make_fleet(
+            alg,
+            init.expand(config.agents, -1).clone(),
+            num_examples,
+            policy=policy,
+            capacity=config.capacity,
+            tau_max=config.tau_max,
+        )
+        for alg in config.algorithms
+    }
     needs_mobility = any(a in ("cached-dfl", "dfl") for a in config.algorithms)
     next_round = mobility_trace(config, np.random.default_rng(seeds[2])) if needs_mobility else None
     result = SimResult(config)
@@ -214,75 +288,74 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     }
     train_time = 0.0
     agent_steps = 0
-    for t in range(config.rounds):
-        batches = draw_batches(agent_idx, config.local_steps, config.batch_size, config.seed, t)
-        ticks = next_round() if next_round is not None else []
+    trained: dict[str, _Trained] = {}
+    # A core round opens with the blend of the round before it, so a round's record (the
+    # models after aggregation) is written inside the next round, once they are blended; the
+    # last round is closed by a blend alone.
+    for t in range(config.rounds + 1):
+        closing = t == config.rounds
+        trainer = _closed if closing else _trainer(
+            config, model, schema, x_train, y_train, agent_idx, t
+        )
+        ticks = next_round() if next_round is not None and not closing else []
         met = np.zeros((config.agents, config.agents), dtype=bool)
         for pairs in ticks:
             met[pairs[:, 0], pairs[:, 1]] = True
         met |= met.T
-        do_eval = (t + 1) % config.eval_every == 0 or t + 1 == config.rounds
-        for alg in config.algorithms:
+        for alg, fleet in fleets.items():
+            ops = _Ops(fleet, trainer)
+            agents = fleet.agents()
+            outcome = None
+            if closing:
+                blend_step(agents, clock=fleet.clock, policy=fleet.policy, ops=ops)
+            else:
+                outcome = cached_dfl_round(
+                    agents, clock=fleet.clock, policy=fleet.policy, rho=config.rho, ops=ops
+                )
+            if t > 0:
+                result.records.append(
+                    _record(t, alg, fleet, trained[alg], ops.blend_s, config, model, schema,
+                            x_test, y_test)
+                )
+                if progress is not None:
+                    progress(t, alg)
+            if outcome is None:
+                continue
             start = time.perf_counter()
-            if config.batched:
-                trained, loss = train_batched(
-                    model,
-                    matrices[alg],
-                    schema,
-                    x_train,
-                    y_train,
-                    batches,
-                    lr=config.lr,
-                    rho=config.rho,
-                )
-            else:
-                trained, loss = train_loop(
-                    model,
-                    matrices[alg],
-                    schema,
-                    x_train,
-                    y_train,
-                    agent_idx,
-                    steps=config.local_steps,
-                    batch_size=config.batch_size,
-                    lr=config.lr,
-                    rho=config.rho,
-                    seed=config.seed,
-                    round_index=t,
-                )
-            train_time += time.perf_counter() - start
-            agent_steps += config.agents * config.local_steps
-            cache_models = cache_age = float("nan")
-            if alg == "cached-dfl":
-                matrices[alg], stats = cached.round(trained, t, ticks)
-                cache_models, cache_age = stats.avg_models, stats.avg_age
-            elif alg == "dfl":
-                matrices[alg] = dfl_round(trained, met, num_examples, policy)
-            elif alg == "fedavg":
-                matrices[alg] = fedavg_round(trained, num_examples)
-            else:
-                matrices[alg] = trained
-            acc = np.full(1, np.nan)
-            if do_eval:
-                acc = evaluate(model, matrices[alg], schema, x_test, y_test)
-            result.records.append(
-                RoundRecord(
-                    round=t + 1,
-                    algorithm=alg,
-                    accuracy_mean=float(acc.mean()),
-                    accuracy_std=float(acc.std()),
-                    accuracy_min=float(acc.min()),
-                    accuracy_max=float(acc.max()),
-                    train_loss=float(loss.mean()),
-                    cache_avg_models=cache_models,
-                    cache_avg_age=cache_age,
-                    contacts=int(met.sum() // 2),
-                    seconds=time.perf_counter() - start,
-                )
+            models, loss = outcome.trained
+            fleet.publish(models, t, Contacts(ticks, met))
+            trained[alg] = _Trained(
+                float(loss.mean()), int(met.sum() // 2),
+                ops.train_s + time.perf_counter() - start,
             )
-            if progress is not None:
-                progress(t + 1, alg)
+            train_time += ops.train_s
+            agent_steps += config.agents * config.local_steps
     result.info["train_seconds"] = train_time
     result.info["agent_steps_per_second"] = agent_steps / train_time if train_time else None
-    result.info["cache_merges"] = cached.merges
+    cached = fleets.get("cached-dfl")
+    result.info["cache_merges"] = cached.merges if isinstance(cached, CachedDFL) else 0
     return result
+
+
+def _record(t: int, alg: str, fleet: Fleet, trained: _Trained, blend_s: float,
+            config: SimConfig, model: nn.Module, schema: Schema, x_test: torch.Tensor,
+            y_test: torch.Tensor) -> RoundRecord:
+    """Round ``t`` (1-based) of ``alg``: its training, and its models as just blended."""
+    start = time.perf_counter()
+    acc = np.full(1, np.nan)
+    if t % config.eval_every == 0 or t == config.rounds:
+        acc = evaluate(model, fleet.matrix, schema, x_test, y_test)
+    stats = fleet.stats()
+    return RoundRecord(
+        round=t,
+        algorithm=alg,
+        accuracy_mean=float(acc.mean()),
+        accuracy_std=float(acc.std()),
+        accuracy_min=float(acc.min()),
+        accuracy_max=float(acc.max()),
+        train_loss=trained.train_loss,
+        cache_avg_models=stats.avg_models if stats else float("nan"),
+        cache_avg_age=stats.avg_age if stats else float("nan"),
+        contacts=trained.contacts,
+        seconds=trained.seconds + blend_s + time.perf_counter() - start,
+    )

@@ -1,16 +1,16 @@
-"""Private key files and atomic, mode-0600-from-birth file writes.
+"""Private key files: a node's identity key (``node.key``) and the fleet admin's key.
 
-Key file format: unencrypted PKCS#8 PEM (``-----BEGIN PRIVATE KEY-----``) holding the
-Ed25519 key, so ``openssl pkey -in node.key -noout -text`` can inspect it. The file is
-created with mode 0600 by ``os.open`` (never chmod-ed afterwards: there is no window in which
-another user could open it), written to a temporary name in the same directory, fsync-ed,
-renamed into place and the directory fsync-ed, so a crash leaves either no key or a
-complete one.
+Owns the key file format: unencrypted PKCS#8 PEM (``-----BEGIN PRIVATE KEY-----``) holding
+the Ed25519 key, so ``openssl pkey -in node.key -noout -text`` can inspect it, and the rules
+for reading one (mode 0600, a regular file, a bounded size). The write goes through
+peerd.store.statefile's atomic write: created 0600 from birth (never chmod-ed: there is no
+window in which another user could open it), fsync-ed, linked or renamed into place and the
+directory fsync-ed, so a crash leaves either no key or a complete one. It must not do its
+own file writing, nor know where a state or fleet directory keeps other files.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from pathlib import Path
@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
+from peerd.store.statefile import atomic_write_raw
+
 #: File name of a node's key inside its state directory.
 NODE_KEY_FILE = "node.key"
 #: Largest key file we read: a PEM Ed25519 key is ~120 bytes; refuse to slurp a huge file.
@@ -33,43 +35,25 @@ class KeyFileError(Exception):
     """A key file that is missing, unreadable, too permissive or not an Ed25519 key."""
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, overwrite: bool = False) -> None:
-    """Write ``data`` to ``path`` atomically; the file never exists with wider permissions.
-
-    Without ``overwrite`` an existing ``path`` is left untouched (``FileExistsError``), and
-    the check is race-free because the final step is ``link``, which refuses to replace.
-    """
-    directory = path.parent
-    tmp = directory / f".{path.name}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)
-            os.unlink(tmp)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def encode_private_key(key: Ed25519PrivateKey) -> bytes:
     return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
 
 def write_private_key(path: Path, key: Ed25519PrivateKey, *, overwrite: bool = False) -> None:
+    """Write ``key`` to ``path`` (mode 0600; its directory made 0700 if missing).
+
+    Without ``overwrite`` an existing file is left untouched (``FileExistsError``, race-free);
+    OSError otherwise.
+    """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    atomic_write(path, encode_private_key(key), mode=0o600, overwrite=overwrite)
+    atomic_write_raw(path, encode_private_key(key), mode=0o600, overwrite=overwrite)
+
+
+def new_node_key(state_dir: Path, *, overwrite: bool = False) -> Ed25519PrivateKey:
+    """A fresh identity key, written to ``state_dir/node.key`` (see :func:`write_private_key`)."""
+    key = Ed25519PrivateKey.generate()
+    write_private_key(state_dir / NODE_KEY_FILE, key, overwrite=overwrite)
+    return key
 
 
 def read_private_key(path: Path) -> Ed25519PrivateKey:

@@ -3,8 +3,10 @@
 Entries are stored as the signed wire frames they are (head + payload): on restart each one
 is decoded and verified again exactly like an entry from the network, so a corrupted or
 planted file can never put unverified weights into the cache, and nothing is ever
-unpickled. Provenance (who relayed it, when) sits in a small JSON index beside them.
-The own entry is stored the same way and must verify against our own key.
+unpickled. Provenance (who relayed it, when) sits in a small JSON index beside them, whose
+format peerd.store.statedir owns (the offline status view reads it too): this module must
+not parse it, nor the state-file format, itself. The own entry is stored the same way and
+must verify against our own key.
 
 The files are also where the daemon *keeps* its entries (see peerd.store.spool): entries are
 mapped from them rather than read into memory. A received entry was written to a temporary
@@ -14,7 +16,6 @@ An entry that could not go to disk (disk full) is held in memory and written her
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,16 +27,22 @@ from peerd.core.reasons import Reason
 from peerd.node.state import Held, NodeState, held_signed, sign_params, verify
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
-from peerd.protocol.manifest import decode_manifest_file, encode_manifest_file
+from peerd.protocol.manifest import encode_manifest_file
 from peerd.store.spool import MappedFrame, open_mapped
-from peerd.store.statedir import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir, StateError
+from peerd.store.statedir import (
+    CACHE_INDEX_BLOB,
+    ENTRY_BLOB_PREFIX,
+    IndexRow,
+    StateDir,
+    StateError,
+    encode_cache_index,
+    read_cache_index,
+)
 
 log = logging.getLogger(__name__)
 
 OWN_BLOB = "own.entry"
 MANIFEST_BLOB = "manifest"
-INDEX_BLOB = CACHE_INDEX_BLOB  # names shared with the offline `peerd status --state-dir`
-ENTRY_PREFIX = ENTRY_BLOB_PREFIX
 
 
 def _frame(message: msg.Entry) -> list[bytes | memoryview]:
@@ -44,7 +51,7 @@ def _frame(message: msg.Entry) -> list[bytes | memoryview]:
 
 
 def _entry_blob(origin: str) -> str:
-    return f"{ENTRY_PREFIX}{origin}"
+    return f"{ENTRY_BLOB_PREFIX}{origin}"
 
 
 def publish_own(
@@ -99,13 +106,12 @@ def save_cache(state: StateDir, node: NodeState, written: set[str]) -> set[str]:
         elif key not in written:
             state.write_blob(_entry_blob(item.meta.origin), _frame(held.message))
         now_on_disk.add(key)
-        index[item.meta.origin] = {"version": item.meta.version,
-                                   "received_from": item.received_from,
-                                   "received_at": item.received_at}
-    state.write_blob(INDEX_BLOB, json.dumps(index).encode())
+        index[item.meta.origin] = IndexRow(item.meta.version, item.received_from,
+                                           item.received_at)
+    state.write_blob(CACHE_INDEX_BLOB, encode_cache_index(index))
     cached = {item.meta.origin for item in node.cache}
-    for name in state.list_blobs(ENTRY_PREFIX):
-        if name.removeprefix(ENTRY_PREFIX) not in cached:
+    for name in state.list_blobs(ENTRY_BLOB_PREFIX):
+        if name.removeprefix(ENTRY_BLOB_PREFIX) not in cached:
             state.delete_blob(name)
     return now_on_disk
 
@@ -159,14 +165,9 @@ def restore(state: StateDir, node: NodeState, *, now: float) -> Restored:
         except ProtocolError as exc:
             # Membership may have lapsed or the schema changed: start fresh, keep counters.
             log.warning("not restoring own entry: %s", exc)
-    try:
-        index = json.loads(state.read_blob(INDEX_BLOB) or b"{}")
-        if not isinstance(index, dict):
-            index = {}
-    except ValueError:
-        index = {}
+    index = read_cache_index(state)
     cached = refused = 0
-    for name in state.list_blobs(ENTRY_PREFIX):
+    for name in state.list_blobs(ENTRY_BLOB_PREFIX):
         frame = _map_blob(state, name)
         if frame is None:
             continue
@@ -179,19 +180,14 @@ def restore(state: StateDir, node: NodeState, *, now: float) -> Restored:
             log.warning("not restoring %s: %s", name, exc)
             state.delete_blob(name)
             continue
-        prov = index.get(v.entry.meta.origin, {})
-        sender = prov.get("received_from") if isinstance(prov, dict) else None
-        at = prov.get("received_at") if isinstance(prov, dict) else None
+        prov = index.get(v.entry.meta.origin, IndexRow())
         before = len(node.cache)
-        node.accept(v, sender=sender if isinstance(sender, str) else "restored",
-                    now=now)
-        if isinstance(at, int | float) and len(node.cache) > before:
+        sender = prov.received_from
+        node.accept(v, sender="restored" if sender is None else sender, now=now)
+        at = prov.received_at
+        if at is not None and len(node.cache) > before:
             # Keep the original arrival time rather than the restart time.
             node.cache = [CacheItem(i.meta, i.received_from, float(at), i.payload, i.verified)
                           if i.meta.origin == v.entry.meta.origin else i for i in node.cache]
         cached += len(node.cache) > before
     return Restored(own=own, cached=cached, refused=refused)
-
-
-def manifest_from_file(data: bytes) -> msg.ManifestMessage:
-    return msg.ManifestMessage(decode_manifest_file(data))

@@ -25,6 +25,9 @@ a mapping can never lose its bytes underneath a reader (which would be SIGBUS). 
 fails while a mapped page is read would also end the process with SIGBUS; the restarted
 daemon then re-checks every file with ordinary reads (:func:`open_mapped`) and quarantines
 the damaged one instead of mapping it again.
+
+The state-file header and the fsync rules are peerd.store.statefile's; this module must not
+define its own, nor decide what an entry means (peerd.store.persist, peerd.node.state).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from pathlib import Path
 import torch
 
 from peerd.net.framing import MemorySink
-from peerd.store.statedir import HEADER_LEN, TMP_PREFIX, fsync_dir, pack_header, parse_header
+from peerd.store.statefile import HEADER_LEN, TMP_PREFIX, fsync_dir, pack_header, parse_header
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +242,8 @@ class SpoolWriter:
         if self._mem is None:
             try:
                 self._write_all(pack_header(self._length, self._hash.digest()), 0)
-                assert self._path is not None and self._fd is not None
+                assert self._path is not None
+                assert self._fd is not None
                 self.frame = MappedFrame(self._path, committed=False)
                 # Only now: had mapping failed, the fallback reads the bytes back through it.
                 os.close(self._fd)

@@ -1,11 +1,13 @@
-"""Crash-safe state files: a blob store, the node's counters and an append-only audit log.
+"""A node's state directory: a blob store, the node's counters and an append-only audit log.
 
-Every state file is written atomically (temporary file in the same directory, write, fsync,
-rename, fsync the directory), so a crash or power cut leaves either the old file or the new
-one, never a mix. Each file carries a header (magic, format version, body length, SHA-256 of
-the body), so a torn write, a truncated file or a flipped bit is detected on read. A file
-that fails the check is moved to ``quarantine/`` under a timestamped name, a warning is
-logged and the reader gets ``None``: a corrupt cache entry costs that entry, never the node.
+Every file here is a state file (peerd.store.statefile): written atomically, so a crash or
+power cut leaves either the old file or the new one, and checked on read (header with the
+body's length and SHA-256), so a torn write, a truncated file or a flipped bit is detected.
+This module owns what happens then: a file that fails the check is moved to ``quarantine/``
+under a timestamped name, a warning is logged and the reader gets ``None``: a corrupt cache
+entry costs that entry, never the node. It also owns the directory's layout and the small
+cache index the offline status view reads (:func:`persisted_cache`). It must not decode
+what the blobs hold (signed entry frames are peerd.store.persist's) nor touch ``node.key``.
 
 Bodies are opaque bytes: the daemon stores signed wire frames (verified again when loaded),
 never pickles. Layout of a state directory (0700, files 0600)::
@@ -21,29 +23,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import logging
 import os
 import re
-import secrets
 import stat
-import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from peerd.store.statefile import TMP_PREFIX, Body, atomic_write, fsync_dir, read_body
+from peerd.store.statefile import StateError as StateError  # what StateDir's writes raise
 
-MAGIC = b"PEERDST\x00"
-FORMAT_VERSION = 1
-#: magic, format version, reserved flags, body length, SHA-256 of the body.
-_HEADER = struct.Struct(">8sHHQ32s")
-HEADER_LEN = _HEADER.size
+log = logging.getLogger(__name__)
 
 #: Largest body accepted on read: a corrupt length field (or a file that is not ours) must
 #: not make us allocate gigabytes; a 44 MB model entry is far below.
@@ -69,101 +65,10 @@ ENTRY_BLOB_PREFIX = "entry-"
 #: by peerd.store.persist; read (best effort) by the offline status view.
 CACHE_INDEX_BLOB = "cache.index"
 
-#: Temporary files (atomic writes, entries being received) start with this; whatever a crash
-#: leaves behind is deleted when the directory is next opened.
-TMP_PREFIX = ".tmp-"
-_TMP_PREFIX = TMP_PREFIX
 _COUNTER_FILES = ("counters.a", "counters.b")
 
 
-class StateError(OSError):
-    """A state write failed (disk full, permissions); the previous copy of the file is intact."""
-
-
-# ---------------------------------------------------------------------------- one file
-
-
-def encode(body: bytes) -> bytes:
-    """Header + body, as stored on disk."""
-    return pack_header(len(body), hashlib.sha256(body).digest()) + body
-
-
-def pack_header(length: int, digest: bytes) -> bytes:
-    """The header of a file whose body is ``length`` bytes with SHA-256 ``digest``."""
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, 0, length, digest)
-
-
-def parse_header(data: bytes | memoryview, file_len: int) -> bytes:
-    """Check the header at the start of ``data`` against the file's length; the body's
-    SHA-256 as recorded. ValueError (with the reason) when it is not intact."""
-    if file_len < HEADER_LEN:
-        raise ValueError(f"shorter than the {HEADER_LEN}-byte header ({file_len} bytes)")
-    magic, version, _flags, length, digest = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise ValueError("bad magic: not a peerd state file")
-    if version != FORMAT_VERSION:
-        raise ValueError(f"unknown format version {version}")
-    if file_len - HEADER_LEN != length:
-        have = file_len - HEADER_LEN
-        raise ValueError(f"torn: header says {length} body bytes, file has {have}")
-    return bytes(digest)
-
-
-def decode(data: bytes) -> bytes:
-    """The body of a stored file; ValueError (with the reason) when it is not intact."""
-    digest = parse_header(data, len(data))
-    body = data[HEADER_LEN:]
-    if hashlib.sha256(body).digest() != digest:
-        raise ValueError("SHA-256 mismatch: the body is corrupt")
-    return body
-
-
-def fsync_dir(directory: Path) -> None:
-    # The rename is durable only once the directory entry is on disk.
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-Body = bytes | bytearray | memoryview
-
-
-def atomic_write(path: Path, body: Body | Sequence[Body]) -> None:
-    """Store ``body`` (with header) at ``path`` atomically, mode 0600.
-
-    ``body`` may be a sequence of parts, written back to back: a 44 MB entry is then hashed
-    and written where it lies instead of being joined into one more copy first.
-    Raises :class:`StateError` on any OS error (ENOSPC included); the old file is untouched
-    and the temporary file removed.
-    """
-    parts = [memoryview(body)] if isinstance(body, Body) else [memoryview(p) for p in body]
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part)
-    length = sum(part.nbytes for part in parts)
-    chunks = [memoryview(pack_header(length, digest.digest())),
-              *(part.cast("B") for part in parts)]
-    tmp = path.parent / f"{_TMP_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            for data in chunks:
-                while data:
-                    written = os.write(fd, data)
-                    data = data[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        hint = " (disk full)" if exc.errno == errno.ENOSPC else ""
-        raise StateError(exc.errno, f"cannot write {path}: {exc.strerror}{hint}; "
-                                    "the previous copy is intact") from exc
+# ---------------------------------------------------------------------------- reading
 
 
 def read_or_quarantine(path: Path, quarantine: Path | None) -> bytes | None:
@@ -178,17 +83,9 @@ def read_or_quarantine(path: Path, quarantine: Path | None) -> bytes | None:
         return None
     try:
         with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            size = st.st_size
-            if not stat.S_ISREG(st.st_mode):
-                problem = "not a regular file"
-            elif size > MAX_BLOB_LEN + HEADER_LEN:
-                problem = f"{size} bytes, over the {MAX_BLOB_LEN}-byte limit"
-            else:
-                try:
-                    return decode(fh.read())
-                except ValueError as exc:
-                    problem = str(exc)
+            return read_body(fh, MAX_BLOB_LEN)
+    except ValueError as exc:
+        problem = str(exc)
     except OSError as exc:  # EIO on a failing disk: treat like corruption, never fatal
         problem = f"read error: {exc.strerror}"
     if quarantine is None:
@@ -275,7 +172,7 @@ class StateDir:
         # A crash between creating a temporary file and renaming it leaves it behind; it was
         # never the real file, so deleting it loses nothing.
         for directory in (self.path, self.blobs):
-            for tmp in directory.glob(f"{_TMP_PREFIX}*"):
+            for tmp in directory.glob(f"{TMP_PREFIX}*"):
                 with contextlib.suppress(OSError):
                     tmp.unlink()
                     log.info("removed leftover temporary file %s", tmp)
@@ -431,3 +328,76 @@ class StateDir:
                     if isinstance(item, dict):
                         out.append(item)
         return out
+
+
+# ---------------------------------------------------------------------------- the cache index
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """Provenance of one persisted cache entry, as the cache index records it (None: not
+    recorded, or not of the recorded type)."""
+
+    version: int | None = None
+    received_from: str | None = None
+    received_at: float | None = None
+
+
+def encode_cache_index(rows: Mapping[str, IndexRow]) -> bytes:
+    """The ``cache.index`` body: JSON ``{origin: {version, received_from, received_at}}``."""
+    return json.dumps({origin: {"version": r.version, "received_from": r.received_from,
+                                "received_at": r.received_at}
+                       for origin, r in rows.items()}).encode()
+
+
+def _int(value: object) -> int | None:
+    # JSON true/false decode as bool, an int subclass: not a version or a time.
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_cache_index(state: StateDir) -> dict[str, IndexRow]:
+    """The cache index, origin -> row; empty when absent or not an index (it only adds
+    detail: the entries themselves carry what is verified)."""
+    raw = state.read_blob(CACHE_INDEX_BLOB)
+    try:
+        index = json.loads(raw) if raw is not None else {}
+    except ValueError:
+        return {}
+    if not isinstance(index, dict):
+        return {}
+    rows: dict[str, IndexRow] = {}
+    for origin, item in index.items():
+        item = item if isinstance(item, dict) else {}
+        sender, at = item.get("received_from"), item.get("received_at")
+        rows[origin] = IndexRow(
+            version=_int(item.get("version")),
+            received_from=sender if isinstance(sender, str) else None,
+            received_at=at if isinstance(at, float) else _int(at))
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class PersistedEntry:
+    """One cache entry file as the state directory holds it (not verified: the offline view)."""
+
+    origin: str
+    blob: str
+    #: Size of the entry's state file in bytes.
+    size: int
+    version: int | None
+    received_from: str | None
+    received_at: float | None
+
+
+def persisted_cache(state: StateDir) -> list[PersistedEntry]:
+    """The entry files in ``state`` with what the cache index says about each, by blob name:
+    what `peerd status --state-dir` shows while the daemon is down."""
+    index = read_cache_index(state)
+    out = []
+    for name in state.list_blobs(ENTRY_BLOB_PREFIX):
+        origin = name.removeprefix(ENTRY_BLOB_PREFIX)
+        row = index.get(origin, IndexRow())
+        out.append(PersistedEntry(
+            origin=origin, blob=name, size=state.blob_path(name).stat().st_size,
+            version=row.version, received_from=row.received_from, received_at=row.received_at))
+    return out

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from peerd.cli.app import app
 from peerd.cli.status import EXIT_NOT_RUNNING
+from peerd.control.status import to_json
 from peerd.daemon.config import load_config
 from peerd.protocol.identity import node_id_of
 from peerd.store.keyfile import NODE_KEY_FILE, read_private_key
@@ -27,7 +28,24 @@ def test_status_json_is_exactly_the_daemon_dict(tmp_path: Path) -> None:
     with running_server(path):
         result = runner.invoke(app, ["status", "--json", "--socket", str(path)])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == sample_status()
+    assert json.loads(result.stdout) == to_json(sample_status())
+
+
+@pytest.mark.parametrize("command", ["status", "peers"])
+def test_an_answer_that_is_not_a_status_exits_1(tmp_path: Path, command: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neither printed as JSON nor half-rendered: the operator learns the CLI cannot read it.
+    import peerd.control.server as control_mod
+
+    monkeypatch.setattr(control_mod, "to_json", lambda s: {"node": {}})
+    monkeypatch.setattr(control_mod, "peers_to_json", lambda p: {"peers": [{"id": 1}]})
+    path = tmp_path / "peerd.sock"
+    with running_server(path):
+        result = runner.invoke(app, [command, "--json", "--socket", str(path)])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "cannot read" in result.stderr
+    assert "missing" in result.stderr
 
 
 def test_status_human_view(tmp_path: Path) -> None:
@@ -36,10 +54,14 @@ def test_status_human_view(tmp_path: Path) -> None:
         result = runner.invoke(app, ["status", "--socket", str(path)])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "12D3KooWself" in out and "round 3" in out and "version 7" in out
-    assert "cache (1 entries)" in out and "…3KooWpeer" not in out  # short ids kept whole
+    assert "12D3KooWself" in out
+    assert "round 3" in out
+    assert "version 7" in out
+    assert "cache (1 entries)" in out
+    assert "…3KooWpeer" not in out  # short ids kept whole
     assert "12D3KooWpeer" in out
-    assert "bad_signature" in out and "peers: 1 connected, 1 known" in out
+    assert "bad_signature" in out
+    assert "peers: 1 connected, 1 known" in out
 
 
 def test_status_via_config_socket(tmp_path: Path) -> None:
@@ -66,9 +88,11 @@ def test_peers_json_and_table(tmp_path: Path) -> None:
     with running_server(path):
         as_json = runner.invoke(app, ["peers", "--json", "--socket", str(path)])
         table = runner.invoke(app, ["peers", "--socket", str(path)])
-    assert as_json.exit_code == 0 and table.exit_code == 0
-    assert json.loads(as_json.stdout) == {"peers": sample_status()["peers"]}
-    assert "12D3KooWpeer" in table.stdout and "/ip4/10.0.0.2/tcp/4011" in table.stdout
+    assert as_json.exit_code == 0
+    assert table.exit_code == 0
+    assert json.loads(as_json.stdout) == {"peers": to_json(sample_status())["peers"]}
+    assert "12D3KooWpeer" in table.stdout
+    assert "/ip4/10.0.0.2/tcp/4011" in table.stdout
 
 
 @pytest.mark.parametrize("command", ["status", "peers"])
@@ -95,24 +119,31 @@ def test_status_offline_reads_the_state_dir(tmp_path: Path) -> None:
     sd.save_counters(Counters(round=12, version=9))
     sd.write_blob("entry-12D3KooWpeer", b"frame")
     sd.write_blob("own.entry", b"model")
+    sd.write_blob("entry-12D3KooWodd", b"frame")
     sd.write_blob("cache.index", json.dumps({"12D3KooWpeer": {
-        "version": 4, "received_from": "12D3KooWrelay", "received_at": 1_800_000_000.0}}).encode())
+        "version": 4, "received_from": "12D3KooWrelay", "received_at": 1_800_000_000.0},
+        # Unverified data on disk: a value of the wrong type is shown as unknown.
+        "12D3KooWodd": {"version": "4", "received_from": 7, "received_at": True}}).encode())
     socket = str(tmp_path / "none.sock")
     human = runner.invoke(app, ["status", "--socket", socket, "--state-dir", str(state)])
     assert human.exit_code == EXIT_NOT_RUNNING
     assert "peerd is not running" in human.stdout
-    assert "round 12" in human.stdout and "version 9" in human.stdout
-    assert node_id in human.stdout and "12D3KooWpeer" in human.stdout
-    assert "persisted cache (1 entries" in human.stdout
+    assert "round 12" in human.stdout
+    assert "version 9" in human.stdout
+    assert node_id in human.stdout
+    assert "12D3KooWpeer" in human.stdout
+    assert "persisted cache (2 entries" in human.stdout
     as_json = runner.invoke(app, ["status", "--json", "--socket", socket,
                                   "--state-dir", str(state)])
     info = json.loads(as_json.stdout)
     assert info["running"] is False
     assert info["node"] == {"id": node_id, "round": 12, "version": 9, "counters_lost": False}
-    assert info["cache"] == [{"origin": "12D3KooWpeer", "version": 4,
-                              "received_from": "12D3KooWrelay", "received_at": 1_800_000_000.0,
-                              "blob": "entry-12D3KooWpeer",
-                              "bytes": (sd.blobs / "entry-12D3KooWpeer").stat().st_size}]
+    size = (sd.blobs / "entry-12D3KooWpeer").stat().st_size
+    assert sorted(info["cache"], key=lambda c: str(c["origin"])) == [
+        {"origin": "12D3KooWodd", "version": None, "received_from": None,
+         "received_at": None, "blob": "entry-12D3KooWodd", "bytes": size},
+        {"origin": "12D3KooWpeer", "version": 4, "received_from": "12D3KooWrelay",
+         "received_at": 1_800_000_000.0, "blob": "entry-12D3KooWpeer", "bytes": size}]
 
 
 def test_status_offline_touches_nothing_a_running_daemon_may_be_using(tmp_path: Path) -> None:
@@ -207,7 +238,8 @@ def test_a_config_with_only_the_fleet_section_starts_and_waits_for_a_manifest(
     cfg = dataclasses.replace(cfg, node=dataclasses.replace(cfg.node, state_dir=state))
     with caplog.at_level("WARNING"):
         daemon = Daemon(cfg)
-    assert daemon.node.manifest.seq == 0 and daemon.node.manifest_envelope is None
+    assert daemon.node.manifest.seq == 0
+    assert daemon.node.manifest_envelope is None
     assert "learning it from the first peer" in caplog.text
     # A manifest that is configured but unusable is still a start-up error.
     (tmp_path / "bad.peerd").write_bytes(b"not a manifest")
@@ -215,6 +247,11 @@ def test_a_config_with_only_the_fleet_section_starts_and_waits_for_a_manifest(
         cfg.fleet, manifest=tmp_path / "bad.peerd"))
     with pytest.raises(DaemonError, match="no valid fleet manifest in"):
         Daemon(broken)
+    # One that cannot be read at all names the path and the cause.
+    missing = dataclasses.replace(cfg, fleet=dataclasses.replace(
+        cfg.fleet, manifest=tmp_path / "absent.peerd"))
+    with pytest.raises(DaemonError, match=r"cannot read .*absent\.peerd: No such file"):
+        Daemon(missing)
 
 
 def test_init_out_copies_the_manifest(tmp_path: Path) -> None:
@@ -230,7 +267,8 @@ def test_init_out_copies_the_manifest(tmp_path: Path) -> None:
     assert cfg.node.socket == tmp_path / "p.sock"
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
     again = runner.invoke(app, ["init", "--fleet", str(fleet), "--out", str(out)])
-    assert again.exit_code == 1 and "--force" in again.stderr
+    assert again.exit_code == 1
+    assert "--force" in again.stderr
     forced = runner.invoke(app, ["init", "--fleet", str(fleet), "--out", str(out), "--force"])
     assert forced.exit_code == 0
 
@@ -244,10 +282,12 @@ def test_init_rejects_a_tampered_manifest(tmp_path: Path) -> None:
     manifest.write_bytes(bytes(data))
     out = tmp_path / "peerd.toml"
     result = runner.invoke(app, ["init", "--fleet", str(fleet), "--out", str(out)])
-    assert result.exit_code == 1 and "does not verify" in result.stderr
+    assert result.exit_code == 1
+    assert "does not verify" in result.stderr
     assert not out.exists()
 
 
 def test_init_without_fleet_dir(tmp_path: Path) -> None:
     result = runner.invoke(app, ["init", "--fleet", str(tmp_path)])
-    assert result.exit_code == 1 and "is it a fleet directory" in result.stderr
+    assert result.exit_code == 1
+    assert "is it a fleet directory" in result.stderr

@@ -19,8 +19,10 @@ from peerd.control.server import (
     ControlError,
     dispatch,
     request,
-    status_shape_errors,
+    request_peers,
+    request_status,
 )
+from peerd.control.status import Status, peers_to_json, to_json
 from tests.daemon.helpers import running_server, sample_status
 
 
@@ -44,10 +46,10 @@ def test_status_round_trip_and_socket_mode(tmp_path: Path) -> None:
         assert stat.S_IMODE(path.lstat().st_mode) == 0o600
         # Nothing else (no private bind directory) is left next to it.
         assert os.listdir(path.parent) == ["peerd.sock"]
-        result = request(path, "status")
-        assert result == sample_status()
-        assert status_shape_errors(result) == []
-        assert request(path, "peers") == {"peers": sample_status()["peers"]}
+        assert request(path, "status") == to_json(sample_status())
+        assert request_status(path) == sample_status()
+        assert request(path, "peers") == peers_to_json(sample_status().peers)
+        assert request_peers(path) == sample_status().peers
     assert not path.exists()  # removed on shutdown
 
 
@@ -71,8 +73,6 @@ def test_socket_never_world_writable_while_binding(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # With a wide-open umask the bind itself creates a 0777 socket. It must be born inside a
     # private 0700 directory and be 0600 before it is renamed to the path clients use.
-    import peerd.control.server as control_mod
-
     seen: list[tuple[int, int, str]] = []
     real_replace = os.replace
 
@@ -82,7 +82,7 @@ def test_socket_never_world_writable_while_binding(tmp_path: Path,
                      stat.S_IMODE(src.lstat().st_mode), str(dst)))
         real_replace(src, dst)
 
-    monkeypatch.setattr(control_mod.os, "replace", spy)
+    monkeypatch.setattr(os, "replace", spy)  # the os module the server uses
     old = os.umask(0)
     try:
         path = tmp_path / "peerd.sock"
@@ -97,7 +97,8 @@ def test_errors_for_bad_requests(tmp_path: Path) -> None:
     path = tmp_path / "peerd.sock"
     with running_server(path):
         bad_api = raw_exchange(path, b'{"api": 99, "method": "status"}\n')
-        assert bad_api["ok"] is False and bad_api["error"]["code"] == "unsupported_api"
+        assert bad_api["ok"] is False
+        assert bad_api["error"]["code"] == "unsupported_api"
         assert bad_api["api"] == API_VERSION
         unknown = raw_exchange(path, b'{"api": 1, "method": "shutdown"}\n')
         assert unknown["error"]["code"] == "unknown_method"
@@ -113,7 +114,7 @@ def test_errors_for_bad_requests(tmp_path: Path) -> None:
 
 
 def test_provider_failure_is_an_error_response(tmp_path: Path) -> None:
-    def broken() -> dict[str, Any]:
+    def broken() -> Status:
         raise RuntimeError("boom")
 
     path = tmp_path / "peerd.sock"
@@ -258,26 +259,41 @@ def test_the_cli_reports_permission_denied_as_such(tmp_path: Path) -> None:
 def test_dispatch_is_pure() -> None:
     calls: list[int] = []
 
-    def provider() -> dict[str, Any]:
+    def provider() -> Status:
         calls.append(1)
         return sample_status()
 
     ok = dispatch(b'{"api": 1, "method": "status"}', provider)
-    assert ok["ok"] is True and ok["result"]["config"]["alpha"] == "uniform"
+    assert ok["ok"] is True
+    assert ok["result"]["config"]["alpha"] == "uniform"
+    assert ok["result"] == to_json(sample_status())
+    peers = dispatch(b'{"api": 1, "method": "peers"}', provider)
+    assert peers["result"] == {"peers": to_json(sample_status())["peers"]}
     assert dispatch(b'{"api": true, "method": "status"}', provider)["ok"] is False
     assert dispatch(b"[1, 2]", provider)["error"]["code"] == "bad_request"
-    unserialisable = dispatch(b'{"api": 1, "method": "status"}', lambda: {"x": object()})
-    assert unserialisable["error"]["code"] == "internal"
-    assert len(calls) == 1
+    assert len(calls) == 2
+
+    def broken() -> Status:
+        raise KeyError("a bug in the daemon's status")
+
+    failed = dispatch(b'{"api": 1, "method": "status"}', broken)
+    assert failed["error"] == {"code": "internal",
+                               "message": "the daemon could not build its status: KeyError"}
 
 
-def test_shape_checker_finds_missing_keys() -> None:
-    status = sample_status()
-    del status["node"]["val_accuracy"]
-    del status["cache"][0]["verified"]
-    status["peers"] = {}
-    assert status_shape_errors(status) == [
-        "node.val_accuracy: missing", "cache[0].verified: missing", "peers: expected a list"]
+def test_a_result_that_is_not_a_status_is_a_bad_response(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A daemon of another release (or another program on the path) answering in another
+    # shape: the CLI says so instead of printing half a table.
+    import peerd.control.server as control_mod
+
+    monkeypatch.setattr(control_mod, "to_json", lambda s: {**to_json(s), "cache": {}})
+    path = tmp_path / "peerd.sock"
+    with running_server(path):
+        with pytest.raises(ControlError, match=r"cannot read .*cache: expected a list") as err:
+            request_status(path)
+        assert err.value.code == "bad_response"
+        assert request_peers(path) == sample_status().peers  # that part is still right
 
 
 def test_a_handler_bug_does_not_stop_the_server(tmp_path: Path,

@@ -1,7 +1,8 @@
-"""The Prometheus endpoint serves values derived from the status dict (loopback only)."""
+"""The Prometheus endpoint serves values derived from the typed status (loopback only)."""
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.request
 
 from peerd.control.metrics import StatusMetrics, parse_listen, start_metrics_server
@@ -29,13 +30,15 @@ def test_metrics_follow_the_status_snapshot() -> None:
     try:
         assert scrape(port) == {"peerd_up": 0.0}  # nothing published yet
         status = sample_status(round_=5)
-        status["rejected"]["made_up_by_a_peer"] = 4  # must not create a new label value
+        # A reason the daemon never counts must not create a new label value.
+        status = dataclasses.replace(status, rejected={**status.rejected, "made_up_by_a_peer": 4})
         metrics.update(status)
-        status["node"]["round"] = 99  # later changes to the caller's dict are not seen
         got = scrape(port)
         assert got["peerd_up"] == 1.0
-        assert got["peerd_round"] == 5.0 and got["peerd_model_version"] == 7.0
-        assert got["peerd_train_loss"] == 0.42 and got["peerd_val_accuracy"] == 0.91
+        assert got["peerd_round"] == 5.0
+        assert got["peerd_model_version"] == 7.0
+        assert got["peerd_train_loss"] == 0.42
+        assert got["peerd_val_accuracy"] == 0.91
         assert got["peerd_cache_entries"] == 1.0
         assert got['peerd_peers{state="connected"}'] == 1.0
         assert got["peerd_bytes_received_total"] == 1234.0
@@ -52,11 +55,10 @@ def test_accepted_dropped_and_byte_totals_are_served() -> None:
     port, stop = start_metrics_server("127.0.0.1:0", metrics)
     try:
         status = sample_status()
-        status["accepted"] = 6
-        status["dropped"] = {"not_newer": 2, "stale": 1}
         # Totals since start: more than the peers still listed moved (some were forgotten).
-        status["node"]["bytes_in"], status["node"]["bytes_out"] = 99_000, 88_000
-        metrics.update(status)
+        node = dataclasses.replace(status.node, bytes_in=99_000, bytes_out=88_000)
+        metrics.update(dataclasses.replace(status, node=node, accepted=6,
+                                           dropped={"not_newer": 2, "stale": 1}))
         got = scrape(port)
         assert got["peerd_entries_accepted_total"] == 6.0
         assert got['peerd_entries_rejected_total{reason="not_newer"}'] == 2.0
@@ -70,3 +72,16 @@ def test_accepted_dropped_and_byte_totals_are_served() -> None:
 def test_parse_listen() -> None:
     assert parse_listen("127.0.0.1:9464") == ("127.0.0.1", 9464)
     assert parse_listen("[::1]:9464") == ("::1", 9464)
+
+
+def test_no_loss_before_the_first_round_means_no_sample() -> None:
+    # A missing number (null in the JSON) is left out, never served as NaN or 0.
+    status = sample_status()
+    node = dataclasses.replace(status.node, train_loss=None, val_accuracy=None)
+    metrics = StatusMetrics()
+    metrics.update(dataclasses.replace(status, node=node))
+    names = {family.name for family in metrics.collect()}
+    assert "peerd_round" in names
+    assert "peerd_examples" in names
+    assert "peerd_train_loss" not in names
+    assert "peerd_val_accuracy" not in names

@@ -63,7 +63,7 @@ def test_invalid_alpha_is_refused(alpha: list[float]) -> None:
 
 
 def test_models_of_different_schemas_cannot_be_blended() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="different schemas"):
         blend([{"w": torch.zeros(2)}, {"w": torch.zeros(3)}], [0.5, 0.5])
 
 
@@ -85,7 +85,8 @@ def test_model_stack_keeps_rows_compact_and_blends_by_key() -> None:
     for k, m in ms.items():
         stack.put(k, m)
     stack.remove("own")  # last row moves into the hole
-    assert set(stack.keys) == {"A", "B"} and len(stack) == 2
+    assert set(stack.keys) == {"A", "B"}
+    assert len(stack) == 2
     torch.testing.assert_close(stack.row("B"), flatten(ms["B"], schema))
     out = stack.blend({"A": 0.25, "B": 0.75})
     expected = 0.25 * flatten(ms["A"], schema) + 0.75 * flatten(ms["B"], schema)

@@ -31,7 +31,7 @@ def test_float32_values_whose_squares_overflow_float32_still_give_a_finite_dista
 
 
 def test_drift_between_different_architectures_is_an_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="different schemas"):
         drift({"w": torch.zeros(100)}, {"w": torch.zeros(120)})
 
 
@@ -40,5 +40,5 @@ def test_epsilon_zero_always_publishes_and_positive_epsilon_needs_movement() -> 
     assert not should_publish(0.05, 0.1)
     assert not should_publish(0.1, 0.1)
     assert should_publish(0.11, 0.1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="epsilon must be finite"):
         should_publish(1.0, -1.0)

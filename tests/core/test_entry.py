@@ -8,10 +8,7 @@ import hashlib
 import pytest
 import torch
 
-from peerd.core.alpha import AlphaPolicy
 from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema, flatten, payload_digest, unflatten
-from peerd.core.plan import blend_plan
-from peerd.core.staleness import Clock
 
 
 def model() -> dict[str, torch.Tensor]:
@@ -45,7 +42,8 @@ def test_entry_create_stamps_schema_and_digest() -> None:
 
 def test_provenance_is_not_part_of_what_the_origin_vouches_for() -> None:
     fields = {f.name for f in dataclasses.fields(EntryMeta)}
-    assert "received_from" not in fields and "received_at" not in fields
+    assert "received_from" not in fields
+    assert "received_at" not in fields
     meta = Entry.create(origin="C3", version=2, created_at=0, num_examples=1, params=model()).meta
     via_c2 = CacheItem(meta, received_from="C2", received_at=10.0)
     via_c4 = CacheItem(meta, received_from="C4", received_at=11.0)
@@ -56,27 +54,16 @@ def test_flatten_unflatten_round_trip_keeps_dtypes_and_integer_buffers() -> None
     m = model()
     schema = Schema.of(m)
     vec = flatten(m, schema)
-    assert vec.dtype == torch.float32 and vec.shape == (7,)  # 4 (a) + 3 (b), n not included
+    assert vec.dtype == torch.float32
+    assert vec.shape == (7,)  # 4 (a) + 3 (b), n not included
     back = unflatten(vec, schema, extras=m)
     for k in m:
         assert back[k].dtype == m[k].dtype
         assert torch.equal(back[k], m[k])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="tensor 'n' needs a value from extras"):
         unflatten(vec, schema)  # integer buffer needs extras
 
 
 def test_unsupported_dtype_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unsupported dtype torch\.complex64"):
         Schema.of({"z": torch.zeros(2, dtype=torch.complex64)})
-
-
-def test_blend_plan_puts_own_first_with_zero_staleness() -> None:
-    own = Entry.create(origin="me", version=7, created_at=100, num_examples=30, params=model())
-    peer = Entry.create(origin="C2", version=3, created_at=90, num_examples=10, params=model())
-    ahead = Entry.create(origin="C3", version=9, created_at=120, num_examples=10, params=model())
-    cache = [CacheItem(peer.meta, "C2", 95.0), CacheItem(ahead.meta, "C3", 96.0)]
-    origins, alpha = blend_plan(own.meta, cache, Clock.time(100.0),
-                                AlphaPolicy.parse("staleness:poly:1"))
-    assert origins == ("me", "C2", "C3")
-    raw = [1.0, 1 / 11, 1.0]  # own: s=0; C2: s=10; C3 is 20 s ahead: counted as s=0
-    assert alpha.tolist() == pytest.approx([r / sum(raw) for r in raw])

@@ -47,7 +47,7 @@ def test_time_mode_ignores_version_and_round_mode_ignores_wall_clock() -> None:
 
 def test_nan_staleness_is_never_fresh_and_bad_tau_max_is_an_error() -> None:
     assert not is_fresh(math.nan, tau_max=5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="non-negative number, got -1"):
         is_fresh(1, tau_max=-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="non-negative number, got nan"):
         is_fresh(1, tau_max=math.nan)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TypedDict, Unpack
 
 import pytest
 import torch
@@ -26,7 +27,15 @@ def params(**over: torch.Tensor) -> dict[str, torch.Tensor]:
 LOCAL = Schema.of(params())
 
 
-def entry(p: dict[str, torch.Tensor] | None = None, **meta: object) -> Entry:
+class MetaOverride(TypedDict, total=False):
+    """The header fields a test forges after signing; mypy checks them against EntryMeta."""
+
+    schema_id: str
+    num_examples: int
+    created_at: float
+
+
+def entry(p: dict[str, torch.Tensor] | None = None, **meta: Unpack[MetaOverride]) -> Entry:
     e = Entry.create(origin="C2", version=3, created_at=NOW - 10, num_examples=50,
                      params=params() if p is None else p)
     return dataclasses.replace(e, meta=dataclasses.replace(e.meta, **meta)) if meta else e
@@ -77,9 +86,9 @@ def test_norm_above_bound_computed_in_float64_even_when_float32_overflows() -> N
     assert reason(entry(params(**{"fc.weight": under}))) is None
 
 
-@pytest.mark.parametrize("n,why", [(0, Reason.EXAMPLES_NONPOSITIVE),
-                                   (-5, Reason.EXAMPLES_NONPOSITIVE),
-                                   (1001, Reason.EXAMPLES_OVER_CAP)])
+@pytest.mark.parametrize(("n", "why"), [(0, Reason.EXAMPLES_NONPOSITIVE),
+                                         (-5, Reason.EXAMPLES_NONPOSITIVE),
+                                         (1001, Reason.EXAMPLES_OVER_CAP)])
 def test_implausible_example_counts(n: int, why: Reason) -> None:
     assert reason(entry(num_examples=n)) is why
 
@@ -137,14 +146,18 @@ def test_fedavg_example_wrong_base_and_wrong_shape_are_rejected() -> None:
     other_base = dataclasses.replace(good, meta=dataclasses.replace(good.meta,
                                                                     schema_id="round-7"))
     r = validate_entry(other_base, schema, limits, now=NOW)
-    assert r is not None and r.reason is Reason.SCHEMA_MISMATCH
+    assert r is not None
+    assert r.reason is Reason.SCHEMA_MISMATCH
     three_dims = depot_entry("south-1", 40, (0.1, 0.2, 0.3))
     r = validate_entry(three_dims, schema, limits, now=NOW)
-    assert r is not None and r.reason is Reason.SCHEMA_MISMATCH
+    assert r is not None
+    assert r.reason is Reason.SCHEMA_MISMATCH
     forged = dataclasses.replace(three_dims, meta=dataclasses.replace(three_dims.meta,
                                                                       schema_id=schema.id))
     r = validate_entry(forged, schema, limits, now=NOW)
-    assert r is not None and r.reason is Reason.SHAPE_MISMATCH
+    assert r is not None
+    assert r.reason is Reason.SHAPE_MISMATCH
     zero = depot_entry("idle-2", 0, (0.1, 0.1))
     r = validate_entry(zero, schema, limits, now=NOW)
-    assert r is not None and r.reason is Reason.EXAMPLES_NONPOSITIVE
+    assert r is not None
+    assert r.reason is Reason.EXAMPLES_NONPOSITIVE

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from peerd.control.server import ControlServer, StatusProvider
+from peerd.control.status import CacheRow, ConfigStatus, NodeStatus, PeerRow, Status
 
 ADMIN_HEX = "11" * 32
 FLEET_HEX = "22" * 16
@@ -18,29 +19,35 @@ FLEET_HEX = "22" * 16
 THREAD_WAIT_S = 10.0
 
 
-def sample_status(round_: int = 3) -> dict[str, Any]:
-    """A status dict with the exact shape the daemon promises (issue 4)."""
-    return {
-        "node": {"id": "12D3KooWself", "fleet": FLEET_HEX, "round": round_, "version": 7,
-                 "examples": 180, "train_loss": 0.42, "val_accuracy": 0.91},
-        "config": {"tau_max": 600.0, "capacity": 10, "rho": 0.01, "local_steps": 10,
-                   "alpha": "uniform"},
-        "cache": [{"origin": "12D3KooWpeer", "version": 5, "created_at": 1_800_000_000.0,
-                   "age_s": 12.5, "staleness": 12.5, "examples": 170, "alpha": 0.5,
-                   "drift": 0.03, "received_from": "12D3KooWpeer",
-                   "received_at": 1_800_000_001.0, "verified": True}],
-        "peers": [{"id": "12D3KooWpeer", "addrs": ["/ip4/10.0.0.2/tcp/4011"],
-                   "connected": True, "last_seen": 1_800_000_002.0, "bytes_in": 1234,
-                   "bytes_out": 5678}],
-        "rejected": {"bad_signature": 2, "stale": 1},
-    }
+def sample_status(round_: int = 3) -> Status:
+    """A status with every field set, as a daemon one peer in reach shows it (issue 4)."""
+    return Status(
+        node=NodeStatus(id="12D3KooWself", fleet=FLEET_HEX, round=round_, version=7,
+                        examples=180, train_loss=0.42, val_loss=0.47, val_accuracy=0.91,
+                        own_alpha=0.5, published_version=7, manifest_seq=2,
+                        listen=("/ip4/10.0.0.1/tcp/4011",), bytes_in=1234, bytes_out=5678),
+        config=ConfigStatus(tau_max=600.0, staleness="time", capacity=10, rho=0.01,
+                            local_steps=10, alpha="uniform", epsilon=0.0,
+                            round_interval_s=10.0, task="digits"),
+        cache=(CacheRow(origin="12D3KooWpeer", version=5, created_at=1_800_000_000.0,
+                        age_s=12.5, staleness=12.5, examples=170, alpha=0.5, drift=0.03,
+                        received_from="12D3KooWpeer", received_at=1_800_000_001.0,
+                        verified=True),),
+        peers=(PeerRow(id="12D3KooWpeer", addrs=("/ip4/10.0.0.2/tcp/4011",), connected=True,
+                       last_seen=1_800_000_002.0, bytes_in=1234, bytes_out=5678,
+                       budget_refusals=0, source="mdns", sessions=3, last_error=None),),
+        accepted=1,
+        rejected={"bad_signature": 2, "stale": 1},
+        dropped={},
+        flagged=(),
+    )
 
 
 @contextmanager
 def running_server(path: Path, provider: StatusProvider | None = None,
                    **kwargs: Any) -> Iterator[ControlServer]:
     """Run a ControlServer at ``path`` until the block ends; errors at bind are re-raised."""
-    status: Mapping[str, Any] = sample_status()
+    status = sample_status()
     started = threading.Event()
     box: dict[str, Any] = {}
 
@@ -61,7 +68,7 @@ def running_server(path: Path, provider: StatusProvider | None = None,
     def run() -> None:
         try:
             trio.run(main)
-        except BaseException as exc:  # reported through box["error"]
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread via box
             box.setdefault("error", exc)
 
     thread = threading.Thread(target=run, daemon=True)

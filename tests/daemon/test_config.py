@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from peerd.cli.init import render_config
+from peerd.control.status import ConfigStatus
 from peerd.core.alpha import AlphaPolicy
 from peerd.daemon.config import (
     DEFAULT_SOCKET,
@@ -39,14 +40,16 @@ def test_fleet_only_config_gets_defaults(tmp_path: Path) -> None:
     assert cfg.fleet.admin_public_key == bytes.fromhex(ADMIN_HEX)
     assert cfg.fleet.fleet_id == bytes.fromhex(FLEET_HEX)
     assert cfg.fleet.manifest is None
-    assert cfg.node.state_dir == DEFAULT_STATE_DIR and cfg.node.socket == DEFAULT_SOCKET
-    assert cfg.learning.staleness == "time" and cfg.learning.capacity == 10
+    assert cfg.node.state_dir == DEFAULT_STATE_DIR
+    assert cfg.node.socket == DEFAULT_SOCKET
+    assert cfg.learning.staleness == "time"
+    assert cfg.learning.capacity == 10
     assert cfg.learning.alpha_policy == AlphaPolicy.parse("uniform")
     assert cfg.task.name == "digits"
     assert cfg.source == (tmp_path / "peerd.toml").resolve()
-    view = cfg.status_config()
-    assert {k: view[k] for k in ("tau_max", "capacity", "rho", "local_steps", "alpha")} == {
-        "tau_max": 600.0, "capacity": 10, "rho": 0.01, "local_steps": 10, "alpha": "uniform"}
+    assert cfg.status_config() == ConfigStatus(
+        tau_max=600.0, staleness="time", capacity=10, rho=0.01, local_steps=10,
+        alpha="uniform", epsilon=0.0, round_interval_s=10.0, task="digits")
 
 
 def test_values_are_parsed_and_frozen(tmp_path: Path) -> None:
@@ -71,13 +74,16 @@ csv_glob = "/data/*.csv"
 csv_features = ["a", "b"]
 csv_kind = "regression"
 """))
-    assert cfg.node.socket == Path("/tmp/a/peerd.sock") and cfg.node.torch_threads == 2
+    assert cfg.node.socket == Path("/tmp/a/peerd.sock")
+    assert cfg.node.torch_threads == 2
     assert cfg.network.listen_port == 0
     assert cfg.network.static_peers == ("/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc",)
-    assert cfg.learning.tau_max == 5.0 and isinstance(cfg.learning.tau_max, float)
+    assert cfg.learning.tau_max == 5.0
+    assert isinstance(cfg.learning.tau_max, float)
     assert cfg.learning.alpha_policy.base == "examples"
     assert cfg.validation.limits().max_norm == 100.0
-    assert cfg.task.csv_features == ("a", "b") and cfg.task.csv_kind == "regression"
+    assert cfg.task.csv_features == ("a", "b")
+    assert cfg.task.csv_kind == "regression"
     with pytest.raises(AttributeError):
         cfg.learning.capacity = 3  # type: ignore[misc]
 
@@ -158,9 +164,11 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
 def test_default_constructor_matches_a_fleet_only_file(tmp_path: Path) -> None:
     built = Config.default(bytes.fromhex(ADMIN_HEX), bytes.fromhex(FLEET_HEX),
                            state_dir=tmp_path / "s", socket=tmp_path / "c.sock")
-    assert built.node.state_dir == tmp_path / "s" and built.node.socket == tmp_path / "c.sock"
+    assert built.node.state_dir == tmp_path / "s"
+    assert built.node.socket == tmp_path / "c.sock"
     loaded = load_config(write(tmp_path, FLEET))
-    assert built.learning == loaded.learning and built.task == loaded.task
+    assert built.learning == loaded.learning
+    assert built.task == loaded.task
 
 
 def test_example_config_is_accepted_and_generated() -> None:
@@ -209,3 +217,22 @@ def test_peer_byte_budget_fits_one_full_session_and_scales_with_the_round() -> N
     assert rate == pytest.approx(2 * burst / 5.0)
     fixed = loads_config(doc(network={"peer_bytes_per_s": 12345}))
     assert peer_byte_budget(fixed, schema)[0] == 12345.0
+
+
+def test_loading_a_config_and_its_limits_imports_no_torch(tmp_path: Path) -> None:
+    # `peerd status` and `peerd init` load the config; torch costs them seconds of start-up.
+    import subprocess
+    import sys
+
+    path = write(tmp_path, FLEET + "[validation]\nmax_norm = 5.0\n")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from peerd.daemon.config import load_config\n"
+        f"limits = load_config(Path({str(path)!r})).validation.limits()\n"
+        "assert limits.max_norm == 5.0, limits\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "False"

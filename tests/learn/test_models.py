@@ -31,7 +31,8 @@ def test_build_model_is_seeded_and_leaves_global_rng_alone() -> None:
     c = build_model("mlp", (64,), 10, seed=8)
     assert torch.equal(before, after)
     pa, pb, pc = (torch.cat([p.reshape(-1) for p in m.parameters()]) for m in (a, b, c))
-    assert torch.equal(pa, pb) and not torch.equal(pa, pc)
+    assert torch.equal(pa, pb)
+    assert not torch.equal(pa, pc)
 
 
 def test_defaults_and_errors() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from peerd.core.alpha import AlphaPolicy
+from peerd.core.local_update import LossName
 from peerd.core.staleness import Clock
 from peerd.learn.tasks import CsvTask, DatasetTask, TaskData, TaskError, load_task
 from peerd.learn.trainer import RoundInput, drift_to, run_round
@@ -27,7 +29,8 @@ def test_digits_parts_of_one_fleet_are_disjoint_and_cover_the_training_set() -> 
     # equal-size shards may leave a remainder of a few rows unassigned, never more
     assert 0.99 * len(total) <= sum(sizes) <= len(total)
     rows = [{tuple(r.tolist()) for r in p.data().X_train} for p in parts]
-    assert not (rows[0] & rows[1]) and not (rows[1] & rows[2])
+    assert not (rows[0] & rows[1])
+    assert not (rows[1] & rows[2])
     # all nodes evaluate on the same full test set, so accuracies are comparable
     assert torch.equal(parts[0].data().X_val, parts[2].data().X_val)
     # and build the same initial model: blending needs a common starting point
@@ -66,7 +69,23 @@ def test_csv_default_features_are_all_columns_but_the_label(tmp_path: Path) -> N
     task = load_task("csv", csv_glob=str(tmp_path / "d.csv"))
     assert isinstance(task, CsvTask)
     model = task.model()
-    assert isinstance(model, nn.Module) and task.features == ("a", "b")
+    assert isinstance(model, nn.Module)
+    assert task.features == ("a", "b")
+
+
+@pytest.mark.parametrize("name", ["csv", "digits"])
+def test_building_a_model_leaves_the_global_rng_as_it_was(tmp_path: Path, name: str) -> None:
+    write_csv(tmp_path / "d.csv", [(i, -i, i % 2) for i in range(20)])
+    task = load_task(name, csv_glob=str(tmp_path / "d.csv"))
+    task.data()
+    before = torch.random.get_rng_state()
+    first = task.model().state_dict()
+    assert torch.equal(torch.random.get_rng_state(), before)
+    # ... and the model still starts from the fleet-wide seed, whatever the caller's state.
+    torch.manual_seed(12345)
+    second = task.model().state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    torch.random.set_rng_state(before)
 
 
 def test_csv_regression_uses_mse_and_float_targets(tmp_path: Path) -> None:
@@ -90,7 +109,7 @@ def test_csv_problems_have_clear_errors(tmp_path: Path) -> None:
 
 class Toy:
     name = "toy"
-    loss = "cross_entropy"
+    loss: LossName = "cross_entropy"
 
     def model(self) -> nn.Module:
         torch.manual_seed(0)
@@ -127,9 +146,29 @@ def test_a_round_blends_the_cache_trains_and_reports() -> None:
                      batch_size=4, lr=0.5, rho=0.0, seed=0)
     out = run_round(model, task, inp)
     assert out.alpha == {"me": 0.5, "peer": 0.5}
-    assert out.examples == 16 and out.val_accuracy == 1.0
+    assert out.examples == 16
+    assert out.val_accuracy == 1.0
     assert inp.peers == []  # consumed once blended: the round pins no cache entry
     assert drift_to(out.params, [peer])["peer"] > 0
+    assert out.publish  # nothing published yet: the first goes
+    assert out.moved == float("inf")
+
+
+@pytest.mark.parametrize(("epsilon", "publish"), [(0.0, True), (1e-3, True), (1e9, False)])
+def test_the_round_publishes_only_a_model_that_moved_more_than_epsilon(
+    epsilon: float, publish: bool
+) -> None:
+    task = Toy()
+    model = task.model()
+    published = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    inp = RoundInput(own_id="me", cache=(), peers=[], clock=Clock.time(100.0),
+                     policy=AlphaPolicy.parse("uniform"), steps=5, batch_size=4, lr=0.5,
+                     rho=0.0, seed=0, epsilon=epsilon, published=published,
+                     model_is_published=True)
+    out = run_round(model, task, inp)
+    assert 1e-3 < out.moved < 1e9  # trained away from the published model, measured from it
+    assert out.publish is publish
+    assert out.alpha == {"me": 1.0}
 
 
 @pytest.mark.parametrize("with_peer", [True, False])
@@ -151,13 +190,22 @@ def test_anchor_from_the_published_entry_trains_like_an_anchor_copy(with_peer: b
                 policy=AlphaPolicy.parse("uniform"), steps=10, batch_size=4, lr=0.3, rho=5.0,
                 seed=0)
     peers_a, peers_b = ([peer] if with_peer else []), ([peer] if with_peer else [])
+    copies: list[object] = []
+
+    def keep(x: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+        copies.append(x)
+        return {k: v.clone() for k, v in x.items()}
+
     out_a = run_round(a, task, RoundInput(**base, peers=peers_a,  # type: ignore[arg-type]
-                                          published=published))
+                                          published=published, model_is_published=True,
+                                          keep_anchor=keep))
     out_b = run_round(b, task, RoundInput(**base, peers=peers_b))  # type: ignore[arg-type]
     for k in out_a.params:
         torch.testing.assert_close(out_a.params[k], out_b.params[k], rtol=1e-5, atol=1e-6)
     # ρ = 5 pulls hard: a wrong x̄ (e.g. the trained model, or the peer alone) would not match.
     assert out_a.alpha == out_b.alpha
+    # Without peers the published tensors are x̄: no copy is kept. With peers, the blend is.
+    assert len(copies) == (1 if with_peer else 0)
 
 
 def test_a_spilled_anchor_trains_exactly_like_an_anchor_copy(tmp_path: Path) -> None:
@@ -185,7 +233,8 @@ def test_a_spilled_anchor_trains_exactly_like_an_anchor_copy(tmp_path: Path) -> 
     out_a = run_round(a, task, RoundInput(**base, peers=[peer],  # type: ignore[arg-type]
                                           keep_anchor=keep))  # type: ignore[arg-type]
     out_b = run_round(b, task, RoundInput(**base, peers=[peer]))  # type: ignore[arg-type]
-    assert len(kept) == 1 and isinstance(kept[0], spool.PagedParams)
+    assert len(kept) == 1
+    assert isinstance(kept[0], spool.PagedParams)
     for k in out_a.params:
         assert torch.equal(out_a.params[k], out_b.params[k]), k
     assert list(tmp_path.iterdir()) == []

@@ -36,9 +36,9 @@ def test_a_clock_that_steps_back_does_not_mint_bytes() -> None:
 
 
 def test_rejects_nonsense_settings() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="positive rate and burst"):
         ByteBudget(rate=0.0, burst=10.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="positive rate and burst"):
         ByteBudget(rate=10.0, burst=-1.0)
 
 
@@ -46,8 +46,10 @@ def test_config_gives_each_peer_its_own_pair_of_budgets() -> None:
     assert TransportConfig().new_peer_stats().budget_in is None  # unlimited by default
     cfg = TransportConfig(peer_bytes_per_s=10, peer_burst_bytes=50)
     one, two = cfg.new_peer_stats(), cfg.new_peer_stats()
-    assert one.budget_in is not None and one.budget_out is not None
-    assert one.budget_in is not two.budget_in and one.budget_in is not one.budget_out
+    assert one.budget_in is not None
+    assert one.budget_out is not None
+    assert one.budget_in is not two.budget_in
+    assert one.budget_in is not one.budget_out
     assert one.budget_in.burst == 50
 
 

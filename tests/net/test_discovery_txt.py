@@ -119,7 +119,7 @@ def test_handle_info_filters_and_hops_into_trio() -> None:
             delivered.append((hint, threading.get_ident() == trio_thread))
 
         d = Discovery(
-            node_id=NODE_A, fleet_id="fleet-x", on_peer=on_peer, on_peer_lost=None,
+            node_id=NODE_A, fleet_id="fleet-x", on_peer=on_peer,
             trio_token=trio.lowlevel.current_trio_token(),
         )
 
@@ -140,7 +140,8 @@ def test_handle_info_filters_and_hops_into_trio() -> None:
     assert len(delivered) == 1
     hint, in_trio_thread = delivered[0]
     assert in_trio_thread
-    assert hint.node_id == NODE_B and hint.port == 4001
+    assert hint.node_id == NODE_B
+    assert hint.port == 4001
     assert len(hint.addresses) == 8  # capped
     assert hint.multiaddrs[0] == "/ip4/10.0.0.2/tcp/4001"
 
@@ -153,7 +154,7 @@ def test_callback_errors_and_late_records_do_not_escape() -> None:
 
     async def main() -> None:
         d = Discovery(
-            node_id=NODE_A, fleet_id="fleet-x", on_peer=boom, on_peer_lost=None,
+            node_id=NODE_A, fleet_id="fleet-x", on_peer=boom,
             trio_token=trio.lowlevel.current_trio_token(),
         )
         token_holder.append(d)

@@ -18,7 +18,8 @@ from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import private_key_from_seed, public_key_bytes
 from peerd.protocol.manifest import Manifest
 from peerd.store import persist
-from peerd.store.statedir import StateDir
+from peerd.store.spool import MappedFrame
+from peerd.store.statedir import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir
 from tests.node.fleet import FLEET, NOW, key, manifest, model, node
 
 ADMIN = private_key_from_seed(b"\xaa" * 32)
@@ -109,6 +110,11 @@ def test_two_members_swap_their_entries_both_ways() -> None:
     assert a.accepted == b.accepted == 1  # the status' and the metrics' counter
 
 
+def _committed(frame: MappedFrame) -> bool:
+    """Read through a call: mypy keeps an attribute narrowed across the persist in between."""
+    return frame.committed
+
+
 def spool_ctx(directory: Path) -> SessionContext:
     directory.mkdir(parents=True, exist_ok=True)
     return dataclasses.replace(CTX, spool_dir=directory)
@@ -123,7 +129,9 @@ def test_entries_spooled_to_disk_are_relayed_intact_and_committed_by_persist(
     _, rb = session(a, b, b_ctx=spool_ctx(state.blobs))
     assert rb.received == 1
     held = b.cache[0].payload
-    assert isinstance(held, Held) and held.frame is not None and not held.frame.committed
+    assert isinstance(held, Held)
+    assert held.frame is not None
+    assert not held.frame.committed
     assert a.own is not None
     assert bytes(held.message.payload) == bytes(a.own.message.payload)
     # b relays it from its mapped file; c (in memory) verifies the origin's signature.
@@ -132,19 +140,20 @@ def test_entries_spooled_to_disk_are_relayed_intact_and_committed_by_persist(
         (a.id, 4, b.id)]
     # Persisting renames the spooled file into place: nothing is written twice, no temp left.
     persist.save_cache(state, b, set())
-    assert held.frame.committed
+    assert _committed(held.frame)
     assert sorted(p.name for p in state.blobs.iterdir()) == [
-        persist.INDEX_BLOB, f"{persist.ENTRY_PREFIX}{a.id}"]
+        CACHE_INDEX_BLOB, f"{ENTRY_BLOB_PREFIX}{a.id}"]
     # Saving again, even with a stale record of what is on disk, never rewrites a mapped
     # entry (that read the whole entry back into memory): same file, same inode.
-    stored = state.blob_path(f"{persist.ENTRY_PREFIX}{a.id}")
+    stored = state.blob_path(f"{ENTRY_BLOB_PREFIX}{a.id}")
     inode = stored.stat().st_ino
     persist.save_cache(state, b, set())
     assert stored.stat().st_ino == inode
     fresh = signed_node(B, 1, A, B, C)
     assert persist.restore(StateDir(tmp_path / "b"), fresh, now=NOW).cached == 1
     restored = fresh.cache[0].payload
-    assert isinstance(restored, Held) and restored.frame is not None
+    assert isinstance(restored, Held)
+    assert restored.frame is not None
     assert bytes(restored.message.payload) == bytes(a.own.message.payload)
 
 
@@ -156,7 +165,8 @@ def test_a_refused_spooled_entry_leaves_nothing_in_the_state_directory(tmp_path:
     payload[0] ^= 0x01  # one flipped bit: the signed SHA-256 no longer matches
     a.own = Held(a.own.entry, msg.Entry(a.own.message.envelope, bytes(payload)))
     _, rb = session(a, b, b_ctx=spool_ctx(tmp_path / "spool"))
-    assert rb.refused == {"payload_mismatch": 1} and b.cache == []
+    assert rb.refused == {"payload_mismatch": 1}
+    assert b.cache == []
     gc.collect()
     assert list((tmp_path / "spool").iterdir()) == []
 
@@ -180,8 +190,10 @@ def test_newer_manifest_spreads_and_a_revoked_member_is_then_refused() -> None:
     newer = b.manifest.revoke(c.id)
     a.manifest, a.manifest_envelope = newer, newer.sign(ADMIN)
     _, rb = session(a, b)
-    assert rb.manifest_adopted == newer.seq and b.manifest.seq == newer.seq
-    assert b.cache == [] and b.rejected["revoked"] == 1
+    assert rb.manifest_adopted == newer.seq
+    assert b.manifest.seq == newer.seq
+    assert b.cache == []
+    assert b.rejected["revoked"] == 1
     # and the revoked node can no longer gossip with b
     _, rb2 = session(c, b)
     assert rb2.refused == {"revoked": 1}
@@ -193,7 +205,8 @@ def test_a_node_without_a_manifest_learns_it_from_its_first_peer() -> None:
     b = node(B, Manifest(FLEET, 0))
     publish(a, 2)
     _, rb = session(a, b)
-    assert rb.manifest_adopted == 3 and b.manifest.seq == 3
+    assert rb.manifest_adopted == 3
+    assert b.manifest.seq == 3
     assert b.manifest_envelope is not None  # and b can now hand it on
     assert [(i.meta.origin, i.meta.version) for i in b.cache] == [(a.id, 2)]
 
@@ -205,7 +218,8 @@ def test_a_manifest_not_signed_by_the_admin_is_not_learned() -> None:
     b = node(B, Manifest(FLEET, 0))
     publish(a, 2)
     session(a, b)
-    assert b.manifest.seq == 0 and b.cache == []
+    assert b.manifest.seq == 0
+    assert b.cache == []
     assert b.rejected == {"bad_signature": 1}
 
 
@@ -216,7 +230,8 @@ def test_outsider_with_a_valid_key_is_refused_after_hello() -> None:
     publish(outsider, 1)
     _, rb = session(outsider, b)
     assert rb.refused == {"not_member": 1}
-    assert b.cache == [] and rb.received == 0
+    assert b.cache == []
+    assert rb.received == 0
 
 
 def test_hello_naming_another_node_than_the_handshake_is_refused() -> None:
@@ -288,6 +303,8 @@ def fan_in(slots: int | None) -> tuple[NodeState, int]:
 
 def test_receive_slots_bound_entries_in_flight_across_sessions() -> None:
     m, peak = fan_in(1)
-    assert len(m.cache) == 3 and peak == 1
+    assert len(m.cache) == 3
+    assert peak == 1
     m, peak = fan_in(None)  # the same fan-in without slots overlaps all three
-    assert len(m.cache) == 3 and peak == 3
+    assert len(m.cache) == 3
+    assert peak == 3

@@ -22,11 +22,11 @@ from peerd.net.transport import (
     TransportError,
     TransportTimeoutError,
     open_transport,
-    peer_id_from_public_key,
     read_frame,
     tcp_multiaddr,
     write_frame,
 )
+from peerd.protocol.identity import node_id_of
 
 LOOPBACK = TransportConfig(listen_host="127.0.0.1")
 #: Every test body runs under this deadline, so a hang fails instead of stalling CI.
@@ -72,13 +72,15 @@ def test_identity_and_listen_addresses() -> None:
 
     async def body() -> None:
         async with host(key=key) as a:
-            assert a.peer_id == peer_id_from_public_key(key.public_key().public_bytes_raw())
+            # The id the Noise handshake proves is the node id peerd.protocol computes.
+            assert a.peer_id == node_id_of(key)
             assert a.port > 0
             assert a.listen_addrs == [tcp_multiaddr("127.0.0.1", a.port)]
             # The 32-byte seed is the same identity.
             async with open_transport(key.private_bytes_raw(), echo, LOOPBACK) as same:
-                assert same.peer_id == a.peer_id and same.port != a.port
-        with pytest.raises(ValueError):
+                assert same.peer_id == a.peer_id
+                assert same.port != a.port
+        with pytest.raises(ValueError, match="32-byte seed"):
             async with open_transport(b"short seed", echo, LOOPBACK):
                 pass
 
@@ -98,19 +100,20 @@ def test_frames_both_ways_over_one_connection() -> None:
                 assert s.peer_id == b.peer_id
                 for msg in (b"one", b"", b"x" * 100_000):
                     await write_frame(s, msg)
-                    assert await read_frame(s, 1 << 20) == msg
+                    assert bytes(await read_frame(s, 1 << 20)) == msg
             # b opens a stream back to a without knowing a's address: it reuses the
             # connection a dialled (long-lived connections, no second handshake).
             async with b.open_stream(a.peer_id) as s:
                 await write_frame(s, b"back")
-                assert await read_frame(s, 100) == b"back"
+                assert bytes(await read_frame(s, 100)) == b"back"
             assert a.connection_count(b.peer_id) == 1
             assert b.connection_count(a.peer_id) == 1
             # Each inbound stream carried the dialler's handshake-proven identity.
             assert seen == [a.peer_id, b.peer_id]
             sa = a.peer_stats()[b.peer_id]
             sb = b.peer_stats()[a.peer_id]
-            assert sa.bytes_out == sb.bytes_in and sa.bytes_in == sb.bytes_out
+            assert sa.bytes_out == sb.bytes_in
+            assert sa.bytes_in == sb.bytes_out
             assert sa.bytes_out >= 3 + 100_000 + 4 + 3 * 4
 
     run(body)
@@ -154,7 +157,7 @@ def test_raising_handler_kills_only_its_stream() -> None:
                 data = await read_frame(stream, 1024)
             except StreamClosedError:
                 return
-            if data == b"boom":
+            if bytes(data) == b"boom":
                 raise RuntimeError("handler bug")
             await write_frame(stream, data)
 
@@ -162,17 +165,18 @@ def test_raising_handler_kills_only_its_stream() -> None:
         async with host(fragile) as b, host() as a:
             async with a.open_stream(b.peer_id, b.listen_addrs) as long_lived:
                 await write_frame(long_lived, b"1")
-                assert await read_frame(long_lived, 10) == b"1"
-                with pytest.raises(TransportError):
+                assert bytes(await read_frame(long_lived, 10)) == b"1"
+                # b's reset may surface at the write, the read or the stream's close.
+                with pytest.raises(TransportError):  # noqa: PT012
                     async with a.open_stream(b.peer_id) as bad:
                         await write_frame(bad, b"boom")
                         await read_frame(bad, 10)  # reset by b
                 # The other stream, the connection and the host all survive.
                 await write_frame(long_lived, b"2")
-                assert await read_frame(long_lived, 10) == b"2"
+                assert bytes(await read_frame(long_lived, 10)) == b"2"
             async with a.open_stream(b.peer_id) as fresh:
                 await write_frame(fresh, b"3")
-                assert await read_frame(fresh, 10) == b"3"
+                assert bytes(await read_frame(fresh, 10)) == b"3"
             assert b.peer_stats()[a.peer_id].handler_errors == 1
             assert a.connection_count(b.peer_id) == 1
 
@@ -193,8 +197,8 @@ def test_inbound_stream_limit_per_peer() -> None:
                 a.open_stream(b.peer_id, b.listen_addrs) as s1,
                 a.open_stream(b.peer_id) as s2,
             ):
-                assert await read_frame(s1, 10) == b"in"
-                assert await read_frame(s2, 10) == b"in"
+                assert bytes(await read_frame(s1, 10)) == b"in"
+                assert bytes(await read_frame(s2, 10)) == b"in"
                 # The third concurrent stream is reset by b (during or right after the
                 # protocol negotiation, whichever the race gives).
                 with pytest.raises(TransportError):
@@ -204,7 +208,7 @@ def test_inbound_stream_limit_per_peer() -> None:
                 release.set()
             # Once the first two are done the peer may open streams again.
             async with a.open_stream(b.peer_id) as s4:
-                assert await read_frame(s4, 10) == b"in"
+                assert bytes(await read_frame(s4, 10)) == b"in"
 
     run(body)
 
@@ -222,7 +226,7 @@ def test_outbound_stream_limit_per_peer() -> None:
                         pass
             async with a.open_stream(b.peer_id) as s:  # slots were returned
                 await write_frame(s, b"ok")
-                assert await read_frame(s, 10) == b"ok"
+                assert bytes(await read_frame(s, 10)) == b"ok"
             assert a.peer_stats()[b.peer_id].streams_out == 0
 
     run(body)
@@ -244,18 +248,19 @@ def test_flooding_peer_is_cut_off_by_its_byte_budget_and_let_back_after_refill()
         b_cfg = TransportConfig(listen_host="127.0.0.1", peer_bytes_per_s=100_000,
                                 peer_burst_bytes=200_000)
         async with host(sink, b_cfg) as b, host() as flooder, host() as honest:
-            with pytest.raises(TransportError):
+            # The refusal surfaces at whichever write or read meets the reset stream.
+            with pytest.raises(TransportError):  # noqa: PT012
                 async with flooder.open_stream(b.peer_id, b.listen_addrs) as s:
                     for _ in range(100):  # 6.4 MB if nothing stopped it
                         await write_frame(s, bytes(64 * 1024))
-                        await trio.sleep(0)
+                        await trio.lowlevel.checkpoint()
             stats = b.peer_stats()[flooder.peer_id]
             assert stats.budget_refusals >= 1
             # Overdraft is bounded by one read chunk past the burst, never the whole flood.
             assert stats.bytes_in <= 200_000 + 1024 * 1024
             assert sum(received) < 6_400_000
             # While its budget is spent, new streams from the flooder are refused at once...
-            with pytest.raises(TransportError):
+            with pytest.raises(TransportError):  # noqa: PT012 - refused at open, write or read
                 async with flooder.open_stream(b.peer_id) as s:
                     await write_frame(s, b"again")
                     await read_frame(s, 10)
@@ -280,7 +285,8 @@ def test_outbound_budget_stops_us_uploading_to_one_peer() -> None:
         a_cfg = TransportConfig(listen_host="127.0.0.1", peer_bytes_per_s=50_000,
                                 peer_burst_bytes=100_000)
         async with host() as b, host(config=a_cfg) as a:
-            with pytest.raises(PeerBudgetError, match="outbound"):
+            # The budget stops a later write of the loop, not the first: the loop is the test.
+            with pytest.raises(PeerBudgetError, match="outbound"):  # noqa: PT012
                 async with a.open_stream(b.peer_id, b.listen_addrs) as s:
                     for _ in range(10):
                         await write_frame(s, bytes(60_000))
@@ -296,10 +302,11 @@ def test_lifetime_inbound_cap_is_ours_to_set() -> None:
         await a.connect(b.peer_id, b.listen_addrs)
         async with a.open_stream(b.peer_id) as s:
             await write_frame(s, b"x")
-            assert await read_frame(s, 10) == b"x"
+            assert bytes(await read_frame(s, 10)) == b"x"
         await a.disconnect(b.peer_id)
         with trio.fail_after(5):
-            while a.is_connected(b.peer_id):
+            # libp2p drops the connection on its own schedule and signals nothing we own.
+            while a.is_connected(b.peer_id):  # noqa: ASYNC110
                 await trio.sleep(0.01)
 
     async def body() -> None:
@@ -329,7 +336,8 @@ def test_300_connections_over_a_hosts_lifetime() -> None:
             for _ in range(rounds):
                 await a.connect(b.peer_id, b.listen_addrs)
                 await a.disconnect(b.peer_id)
-                while a.is_connected(b.peer_id):
+                # libp2p drops the connection on its own schedule and signals nothing we own.
+                while a.is_connected(b.peer_id):  # noqa: ASYNC110
                     await trio.sleep(0.005)
 
     async def body() -> None:
@@ -344,7 +352,7 @@ def test_300_connections_over_a_hosts_lifetime() -> None:
             assert len(inbound) == dialers * rounds
             async with host() as a, a.open_stream(b.peer_id, b.listen_addrs) as s:
                 await write_frame(s, b"301")
-                assert await read_frame(s, 10) == b"301"
+                assert bytes(await read_frame(s, 10)) == b"301"
 
     run(body)
 
@@ -355,7 +363,7 @@ def test_shutdown_closes_connections() -> None:
             raw = trio.socket.socket()
             async with host() as b, a.open_stream(b.peer_id, b.listen_addrs) as s:
                 await write_frame(s, b"hi")
-                assert await read_frame(s, 10) == b"hi"
+                assert bytes(await read_frame(s, 10)) == b"hi"
                 # A bare TCP client mid-handshake, too.
                 await raw.connect(("127.0.0.1", b.port))
                 saved = s
@@ -363,7 +371,8 @@ def test_shutdown_closes_connections() -> None:
             with trio.fail_after(5):
                 while await raw.recv(100):  # b greets with multistream-select, then
                     pass  # must close the half-open connection (EOF here)
-                while a.is_connected(b.peer_id):
+                # libp2p drops the connection on its own schedule and signals nothing we own.
+                while a.is_connected(b.peer_id):  # noqa: ASYNC110
                     await trio.sleep(0.01)
             with pytest.raises(TransportError):
                 await read_frame(saved, 10)
@@ -375,9 +384,7 @@ def test_shutdown_closes_connections() -> None:
 def test_dial_to_closed_port_is_bounded() -> None:
     async def body() -> None:
         async with host() as a:
-            other = peer_id_from_public_key(
-                Ed25519PrivateKey.generate().public_key().public_bytes_raw()
-            )
+            other = node_id_of(Ed25519PrivateKey.generate())
             t0 = time.monotonic()
             with pytest.raises(TransportError):
                 await a.connect(other, [tcp_multiaddr("127.0.0.1", free_port())], timeout_s=3)
@@ -401,9 +408,7 @@ def test_dial_to_closed_port_is_bounded() -> None:
 def test_dial_with_wrong_peer_id_fails() -> None:
     async def body() -> None:
         async with host() as a, host() as b:
-            impostor = peer_id_from_public_key(
-                Ed25519PrivateKey.generate().public_key().public_bytes_raw()
-            )
+            impostor = node_id_of(Ed25519PrivateKey.generate())
             with pytest.raises(TransportError):
                 await a.connect(impostor, b.listen_addrs, timeout_s=5)
             assert not a.is_connected(impostor)
@@ -426,6 +431,11 @@ def test_port_in_use_is_an_error() -> None:
 
 def test_connection_callbacks() -> None:
     events: list[tuple[str, str]] = []
+    down = trio.Event()
+
+    def on_disconnected(peer_id: str) -> None:
+        events.append(("down", peer_id))
+        down.set()
 
     async def body() -> None:
         async with open_transport(
@@ -433,14 +443,14 @@ def test_connection_callbacks() -> None:
             echo,
             LOOPBACK,
             on_connected=lambda p: events.append(("up", p)),
-            on_disconnected=lambda p: events.append(("down", p)),
+            on_disconnected=on_disconnected,
         ) as a, host() as b:
             await a.connect(b.peer_id, b.listen_addrs)
             await a.disconnect(b.peer_id)
             with trio.fail_after(5):
-                while ("down", b.peer_id) not in events:
-                    await trio.sleep(0.01)
+                await down.wait()
             assert events[0] == ("up", b.peer_id)
+            assert ("down", b.peer_id) in events
 
     run(body)
 
@@ -459,13 +469,15 @@ def test_counters_of_departed_peers_are_bounded(monkeypatch: pytest.MonkeyPatch)
                     await a.connect(b.peer_id, b.listen_addrs)
                     async with a.open_stream(b.peer_id, b.listen_addrs) as s:
                         await write_frame(s, b"x" * 1000)
-                        assert await read_frame(s, 1 << 20) == b"x" * 1000
+                        assert bytes(await read_frame(s, 1 << 20)) == b"x" * 1000
                     await a.disconnect(b.peer_id)
                     with trio.fail_after(5):
-                        while a.peer_id in b.connected_peers():
+                        # libp2p's swarm state: nothing we own signals the drop.
+                        while a.peer_id in b.connected_peers():  # noqa: ASYNC110
                             await trio.sleep(0.01)
             with trio.fail_after(5):  # disconnect notifications arrive asynchronously
-                while len(b.peer_stats()) > 2:
+                # A state reached after several of libp2p's late disconnect notices: polled.
+                while len(b.peer_stats()) > 2:  # noqa: ASYNC110
                     await trio.sleep(0.01)
             assert set(b.peer_stats()) <= set(departed[-2:])
             # Forgotten counters still count: the totals (the metrics' byte counters) never

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from peerd.core.reasons import Reason
-from peerd.node.state import NodeState, sign_own, verify
+from peerd.node.state import Held, NodeState, sign_own, verify
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
 from tests.node.fleet import FLEET, NOW, SCHEMA, key, manifest, model, node
@@ -59,7 +59,9 @@ def test_relay_keeps_the_origin_signature_untouched() -> None:
     assert deliver(b, c) == [None, None]
     held = {i.meta.origin: i for i in c.cache}
     assert held[a.id].received_from == b.id
-    relayed = held[a.id].payload.message  # type: ignore[union-attr]
+    payload = held[a.id].payload
+    assert isinstance(payload, Held)  # a node's cache items carry their Held
+    relayed = payload.message
     assert relayed.envelope == original.envelope  # byte-identical envelope, A's signature
     assert bytes(relayed.payload) == bytes(original.payload)
 
@@ -100,7 +102,8 @@ def test_replayed_entry_is_not_newer_and_counted_apart_from_attacks() -> None:
                    schema=SCHEMA, limits=b.limits, now=NOW + 1)
     assert b.accept(early, sender="x", now=NOW + 1) is Reason.NOT_NEWER
     b.reject(exc.value.reason)
-    assert b.dropped["not_newer"] == 2 and not b.rejected
+    assert b.dropped["not_newer"] == 2
+    assert not b.rejected
 
 
 def test_equivocating_origin_is_rejected_and_flagged() -> None:
@@ -155,7 +158,8 @@ def test_stale_entries_are_neither_wanted_nor_kept_and_expire_from_the_cache() -
     deliver(a, b)
     assert len(b.cache) == 1
     assert [i.meta.version for i in b.expire(NOW + 61)] == [2]
-    assert b.cache == [] and b.dropped["stale"] == 1
+    assert b.cache == []
+    assert b.dropped["stale"] == 1
 
 
 def test_capacity_means_only_entries_that_would_survive_are_fetched() -> None:
@@ -184,4 +188,5 @@ def test_revocation_by_newer_manifest_evicts_the_cached_entry() -> None:
     deliver(a, b)
     newer = MAN.revoke(a.id)
     b.install_manifest(newer, None, NOW)
-    assert b.cache == [] and b.rejected["revoked"] == 1
+    assert b.cache == []
+    assert b.rejected["revoked"] == 1

@@ -65,7 +65,8 @@ def test_relayed_entry_keeps_the_origin_signature_untouched() -> None:
     relayed = first.message.to_wire()
     assert relayed == entry().to_wire()
     again = decode_frame(relayed[4:])
-    assert isinstance(again, Entry) and again.envelope.sig == entry().envelope.sig
+    assert isinstance(again, Entry)
+    assert again.envelope.sig == entry().envelope.sig
 
 
 def test_unknown_key() -> None:
@@ -177,4 +178,5 @@ def test_model_with_thousands_of_tensors_fits_the_entry_head() -> None:
     msg = decode_frame(FrameDecoder(entry_frame_limit(schema)).feed(wire)[0])
     assert isinstance(msg, Entry)
     ok = admit_entry(msg, **admit_kwargs(schema=schema))
-    assert len(ok.tensors) == 3000 and ok.tensors["block2999.layer.weight"][1] == 2999
+    assert len(ok.tensors) == 3000
+    assert ok.tensors["block2999.layer.weight"][1] == 2999

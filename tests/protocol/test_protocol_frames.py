@@ -11,8 +11,14 @@ from hypothesis import strategies as st
 
 from peerd.core.reasons import Reason
 from peerd.protocol.errors import ProtocolError
-from peerd.protocol.frames import FrameDecoder, encode_frame
-from peerd.protocol.limits import MAX_CONTROL_FRAME_LEN
+from peerd.protocol.frames import (
+    FrameDecoder,
+    FrameTooLargeError,
+    encode_frame,
+    frame_header,
+    parse_frame_header,
+)
+from peerd.protocol.limits import MAX_CONTROL_FRAME_LEN, MAX_FRAME_LEN_CEILING
 
 
 def test_frames_split_at_every_byte_boundary() -> None:
@@ -69,3 +75,30 @@ def test_stream_ending_inside_a_frame_is_malformed(stream: bytes) -> None:
     with pytest.raises(ProtocolError) as exc:
         dec.close()
     assert exc.value.reason is Reason.MALFORMED
+
+
+@pytest.mark.parametrize("length", [0, 1, 0xFF, 0x01020304, MAX_FRAME_LEN_CEILING])
+def test_header_roundtrip_with_an_inclusive_limit(length: int) -> None:
+    header = frame_header(length)
+    assert header == struct.pack(">I", length)  # 4 bytes, big-endian, unsigned
+    assert parse_frame_header(header, length) == length
+    with pytest.raises(FrameTooLargeError) as exc:
+        parse_frame_header(struct.pack(">I", length + 1), length)
+    assert (exc.value.length, exc.value.max_len) == (length + 1, length)
+    assert exc.value.reason is Reason.TOO_LARGE  # a ProtocolError, counted as too_large
+
+
+def test_header_helpers_refuse_what_the_format_cannot_carry() -> None:
+    with pytest.raises(ValueError, match="a frame header is 4 bytes, not 3"):
+        parse_frame_header(b"\x00\x00\x01", 10)  # not a whole header
+    with pytest.raises(ValueError, match=f"frame length {MAX_FRAME_LEN_CEILING + 1} out of"):
+        frame_header(MAX_FRAME_LEN_CEILING + 1)  # no peer would read it
+    with pytest.raises(ValueError, match="frame length -1 out of range"):
+        frame_header(-1)
+
+
+def test_decoder_refuses_with_the_shared_header_error() -> None:
+    dec = FrameDecoder(max_frame_len=10)
+    with pytest.raises(FrameTooLargeError) as exc:
+        dec.feed(frame_header(11))
+    assert exc.value.length == 11

@@ -21,12 +21,8 @@ from peerd.protocol.identity import (
     public_key_from_node_id,
     verify_signature,
 )
-from peerd.store.keyfile import (
-    KeyFileError,
-    atomic_write,
-    read_private_key,
-    write_private_key,
-)
+from peerd.store.keyfile import KeyFileError, read_private_key, write_private_key
+from peerd.store.statefile import atomic_write_raw
 
 
 def test_node_ids_round_trip_and_look_like_libp2p() -> None:
@@ -35,7 +31,8 @@ def test_node_ids_round_trip_and_look_like_libp2p() -> None:
             Ed25519PrivateKey.from_private_bytes(hashlib.sha256(b"%d" % i).digest())
         )
         node_id = node_id_from_public_key(pub)
-        assert node_id.startswith("12D3KooW") and len(node_id) == 52
+        assert node_id.startswith("12D3KooW")
+        assert len(node_id) == 52
         assert public_key_from_node_id(node_id) == pub
 
 
@@ -61,7 +58,7 @@ def test_non_canonical_spelling_of_a_valid_id() -> None:
 
 
 def test_wrong_public_key_length() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be 32 bytes, got 31"):
         node_id_from_public_key(b"\x01" * 31)
 
 
@@ -108,11 +105,11 @@ def test_group_readable_key_file_refused(tmp_path: Path) -> None:
 
 def test_garbage_and_huge_key_files_refused(tmp_path: Path) -> None:
     path = tmp_path / "k"
-    atomic_write(path, b"not a key")
+    atomic_write_raw(path, b"not a key")
     with pytest.raises(KeyFileError):
         read_private_key(path)
     big = tmp_path / "big"
-    atomic_write(big, b"A" * 10_000)
+    atomic_write_raw(big, b"A" * 10_000)
     with pytest.raises(KeyFileError, match="too large"):
         read_private_key(big)
     with pytest.raises(KeyFileError):

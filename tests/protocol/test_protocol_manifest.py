@@ -29,7 +29,8 @@ def test_newer_manifest_accepted() -> None:
     held = manifest()
     newer = held.revoke(node_id_of(BOB))
     got = accept_manifest(held, newer.sign(ADMIN), ADMIN_PUB, FLEET)
-    assert got == newer and got.seq == held.seq + 1
+    assert got == newer
+    assert got.seq == held.seq + 1
     with pytest.raises(ProtocolError) as exc:
         got.check_member(node_id_of(BOB), NOW)
     assert exc.value.reason is Reason.REVOKED
@@ -79,7 +80,7 @@ def test_member_whose_id_does_not_match_its_key() -> None:
 
 def test_revoked_key_cannot_be_readmitted() -> None:
     m = manifest().revoke(node_id_of(ALICE))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="never re-admitted"):
         m.admit(public_key_bytes(ALICE), None)
 
 

@@ -73,7 +73,8 @@ def test_entry_round_trip_keeps_payload_as_a_view_of_the_frame() -> None:
     assert isinstance(decoded, Entry)
     assert decoded.envelope == msg.envelope
     assert bytes(decoded.payload) == bytes(msg.payload)
-    assert isinstance(decoded.payload, memoryview) and decoded.payload.readonly
+    assert isinstance(decoded.payload, memoryview)
+    assert decoded.payload.readonly
 
 
 def test_manifest_message_carries_a_verifiable_manifest() -> None:

@@ -92,7 +92,8 @@ def test_contacts_are_symmetric_and_match_brute_force() -> None:
     }
     assert {tuple(p) for p in pairs.tolist()} == brute
     m = contact_matrix(pos, 80.0)
-    assert np.array_equal(m, m.T) and not m.diagonal().any()
+    assert np.array_equal(m, m.T)
+    assert not m.diagonal().any()
     assert int(m.sum()) == 2 * len(brute)
 
 
@@ -114,7 +115,7 @@ def test_initial_directions_point_along_existing_streets() -> None:
 
 
 def test_bad_grid() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one block edge"):
         GridConfig(blocks_x=0, blocks_y=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="speed and dt must be positive"):
         GridConfig(speed=0)

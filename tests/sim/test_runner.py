@@ -162,10 +162,12 @@ def test_cli_json(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["config"]["capacity"] == 2 and doc["config"]["alpha"] == "examples"
+    assert doc["config"]["capacity"] == 2
+    assert doc["config"]["alpha"] == "examples"
     assert set(doc["results"]) == {"cached-dfl", "isolated"}
     assert not math.isnan(doc["results"]["isolated"]["final_accuracy_mean"])
-    assert (out / "metrics.csv").is_file() and not (out / "accuracy.png").exists()
+    assert (out / "metrics.csv").is_file()
+    assert not (out / "accuracy.png").exists()
 
 
 def test_cli_rejects_bad_options(tmp_path: Path) -> None:

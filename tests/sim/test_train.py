@@ -66,7 +66,8 @@ def test_batches_depend_on_seed_round_and_agent() -> None:
     assert all(torch.equal(p, q) for p, q in zip(a, draw_batches(idx, 3, 8, 1, 0), strict=True))
     assert not torch.equal(a[0], draw_batches(idx, 3, 8, 1, 1)[0])
     assert not torch.equal(a[0], draw_batches(idx, 3, 8, 2, 0)[0])
-    assert a[3].shape == (3, 8) and set(a[3].flatten().tolist()) <= set(range(190, 200))
+    assert a[3].shape == (3, 8)
+    assert set(a[3].flatten().tolist()) <= set(range(190, 200))
 
 
 def test_evaluate_matches_a_plain_forward_pass() -> None:

@@ -10,7 +10,7 @@ import torch
 
 from peerd.node.state import NodeState, sign_own, verify
 from peerd.store import persist
-from peerd.store.statedir import StateDir, StateError
+from peerd.store.statedir import ENTRY_BLOB_PREFIX, StateDir, StateError
 from tests.node.fleet import FLEET, NOW, SCHEMA, key, manifest, model, node
 
 A, B, OUT = key(1), key(2), key(9)
@@ -37,7 +37,8 @@ def test_own_entry_and_cache_survive_a_restart_with_provenance(tmp_path: Path) -
     fresh = node(A, MAN)
     restored = persist.restore(StateDir(tmp_path / "s"), fresh, now=NOW + 2)
     assert (restored.own, restored.cached, restored.refused) == (True, 1, 0)
-    assert fresh.own is not None and fresh.own.entry.meta.version == 9
+    assert fresh.own is not None
+    assert fresh.own.entry.meta.version == 9
     item = fresh.cache[0]
     assert (item.meta.version, item.received_from, item.received_at) == (4, "relay-x", NOW + 1)
     # the ledger is rebuilt too: the same entry again is "not newer"
@@ -49,21 +50,22 @@ def test_a_tampered_entry_file_is_refused_and_removed_on_load(tmp_path: Path) ->
     a = node(A, MAN)
     with_entry_from_b(a)
     persist.save_cache(state, a, set())
-    name = state.list_blobs(persist.ENTRY_PREFIX)[0]
+    name = state.list_blobs(ENTRY_BLOB_PREFIX)[0]
     data = bytearray(state.read_blob(name) or b"")
     data[-1] ^= 0xFF  # a flipped weight byte, re-wrapped in a valid state-file header
     state.write_blob(name, bytes(data))
     fresh = node(A, MAN)
     restored = persist.restore(state, fresh, now=NOW)
     assert (restored.cached, restored.refused) == (0, 1)
-    assert fresh.cache == [] and state.list_blobs(persist.ENTRY_PREFIX) == []
+    assert fresh.cache == []
+    assert state.list_blobs(ENTRY_BLOB_PREFIX) == []
 
 
 def test_an_entry_planted_by_a_non_member_is_refused(tmp_path: Path) -> None:
     state = StateDir(tmp_path / "s")
     _, message = sign_own(OUT, FLEET, params=model(0), version=1, created_at=NOW,
                           num_examples=1)
-    state.write_blob(persist.ENTRY_PREFIX + "planted", message.head() + bytes(message.payload))
+    state.write_blob(ENTRY_BLOB_PREFIX + "planted", message.head() + bytes(message.payload))
     restored = persist.restore(state, node(A, MAN), now=NOW)
     assert (restored.cached, restored.refused) == (0, 1)
 
@@ -82,14 +84,16 @@ def test_the_own_entry_is_signed_into_its_file_and_mapped(tmp_path: Path) -> Non
     a = node(A, MAN)
     held = persist.publish_own(state, a, params=model(2), version=3, created_at=NOW,
                                num_examples=5)
-    assert held.frame is not None and held.frame.committed
+    assert held.frame is not None
+    assert held.frame.committed
     assert held.frame.path == state.blob_path(persist.OWN_BLOB)
     a.set_own(held.entry, held.message, held.frame)
     for name, t in model(2).items():
         assert torch.equal(held.entry.params[name], t)
     fresh = node(A, MAN)
     assert persist.restore(StateDir(tmp_path / "s"), fresh, now=NOW).own
-    assert fresh.own is not None and fresh.own.entry.meta.version == 3
+    assert fresh.own is not None
+    assert fresh.own.entry.meta.version == 3
 
 
 def test_publishing_on_a_full_disk_keeps_the_entry_in_memory(

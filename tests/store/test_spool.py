@@ -184,7 +184,8 @@ def test_spill_keeps_every_dtype_exact_and_aligned_and_leaves_no_file(tmp_path: 
     assert list(tmp_path.iterdir()) == []  # unlinked at once: a crash leaves nothing
     for name, t in params.items():
         got = copy[name]
-        assert got.dtype == t.dtype and got.shape == t.shape
+        assert got.dtype == t.dtype
+        assert got.shape == t.shape
         assert torch.equal(got, t), name
         if got.numel():
             assert got.data_ptr() % 8 == 0

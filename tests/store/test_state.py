@@ -13,13 +13,18 @@ import pytest
 
 import peerd.store.statedir as state_mod
 from peerd.store.statedir import (
-    HEADER_LEN,
+    CACHE_INDEX_BLOB,
+    ENTRY_BLOB_PREFIX,
     Counters,
+    IndexRow,
+    PersistedEntry,
     StateDir,
     StateError,
-    decode,
-    encode,
+    encode_cache_index,
+    persisted_cache,
+    read_cache_index,
 )
+from peerd.store.statefile import HEADER_LEN, atomic_write
 from tests.tmpfs import tiny_tmpfs
 
 
@@ -89,7 +94,8 @@ def corrupt_and_read(tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixtu
         assert sd.read_blob("entry.x") is None
     assert not path.exists()
     moved = list(sd.quarantine.iterdir())
-    assert len(moved) == 1 and moved[0].name.startswith("entry.x.")
+    assert len(moved) == 1
+    assert moved[0].name.startswith("entry.x.")
     assert moved[0].read_bytes() == bytes(data)  # kept as found, for inspection
     assert "corrupt state file" in caplog.text
     assert sd.list_blobs() == []
@@ -102,17 +108,6 @@ def corrupt_and_read(tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixtu
 def test_corrupt_files_are_quarantined(tmp_path: Path, damage: str,
                                        caplog: pytest.LogCaptureFixture) -> None:
     corrupt_and_read(tmp_path, damage, caplog)
-
-
-def test_decode_reasons() -> None:
-    good = encode(b"body")
-    assert decode(good) == b"body"
-    with pytest.raises(ValueError, match="torn"):
-        decode(good[:-1])
-    with pytest.raises(ValueError, match="SHA-256"):
-        decode(good[:-1] + b"X")
-    with pytest.raises(ValueError, match="format version"):
-        decode(good[:8] + b"\x00\x09" + good[10:])
 
 
 def test_quarantine_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,12 +142,13 @@ def test_enospc_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             return real_write(fd, bytes(data[:10]))
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(state_mod.os, "write", full_disk)
+    monkeypatch.setattr(os, "write", full_disk)
     with pytest.raises(StateError) as err:
         sd.write_blob("entry.x", b"new contents that do not fit" * 100)
     monkeypatch.undo()
     assert err.value.errno == errno.ENOSPC
-    assert "disk full" in str(err.value) and "previous copy is intact" in str(err.value)
+    assert "disk full" in str(err.value)
+    assert "previous copy is intact" in str(err.value)
     assert sd.read_blob("entry.x") == b"old contents"
     assert [p.name for p in sd.blobs.iterdir()] == ["entry.x"]  # no temp file left
 
@@ -182,7 +178,7 @@ def test_counters_take_the_highest_copy(tmp_path: Path) -> None:
     # A crash between writing copy a and copy b leaves a newer; it must win.
     sd = StateDir(tmp_path)
     sd.save_counters(Counters(5, 5))
-    state_mod.atomic_write(tmp_path / "counters.a", json.dumps({"round": 6, "version": 6}).encode())
+    atomic_write(tmp_path / "counters.a", json.dumps({"round": 6, "version": 6}).encode())
     assert sd.load_counters() == Counters(6, 6)
 
 
@@ -192,15 +188,16 @@ def test_all_counter_copies_lost_is_flagged(tmp_path: Path) -> None:
     for name in ("counters.a", "counters.b"):
         (tmp_path / name).write_bytes(b"\x00" * 80)
     lost = sd.load_counters()
-    assert lost.lost and (lost.round, lost.version) == (0, 0)
+    assert lost.lost
+    assert (lost.round, lost.version) == (0, 0)
 
 
 def test_counters_with_nonsense_inside_are_rejected(tmp_path: Path) -> None:
     sd = StateDir(tmp_path)
     for name in ("counters.a", "counters.b"):
-        state_mod.atomic_write(tmp_path / name, b'{"round": -1, "version": 2}')
+        atomic_write(tmp_path / name, b'{"round": -1, "version": 2}')
     assert sd.load_counters().lost
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="counters must be >= 0"):
         sd.save_counters(Counters(-1, 0))
 
 
@@ -214,7 +211,8 @@ def test_audit_log_appends_and_rotates(tmp_path: Path, monkeypatch: pytest.Monke
     assert files == ["audit.log", "audit.log.1", "audit.log.2", "audit.log.3"]
     assert all(p.stat().st_size <= 400 for p in tmp_path.glob("audit.log*"))
     versions = [r["version"] for r in records]
-    assert versions == sorted(versions) and versions[-1] == 39  # oldest dropped, order kept
+    assert versions == sorted(versions)  # order kept
+    assert versions[-1] == 39  # oldest dropped
     assert len(versions) < 40
 
 
@@ -222,7 +220,8 @@ def test_audit_line_is_bounded(tmp_path: Path) -> None:
     sd = StateDir(tmp_path)
     sd.audit("rejected", detail="x" * 100_000)
     (record,) = sd.read_audit()
-    assert record["truncated"] is True and len(sd.audit_path.read_bytes()) < 5000
+    assert record["truncated"] is True
+    assert len(sd.audit_path.read_bytes()) < 5000
 
 
 def test_audit_failure_is_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,7 +230,7 @@ def test_audit_failure_is_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def full_disk(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(state_mod.os, "write", full_disk)
+    monkeypatch.setattr(os, "write", full_disk)
     assert sd.audit("accepted") is False
 
 
@@ -240,3 +239,36 @@ def test_unusable_state_dir_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(StateError, match="cannot use state directory"):
         StateDir(blocker / "state")
+
+
+def test_cache_index_format_and_typed_reading(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    rows = {"A": IndexRow(3, "B", 1.5), "C": IndexRow(1, None, 7)}
+    # The daemon's index as earlier releases wrote it: byte for byte.
+    assert encode_cache_index(rows) == (
+        b'{"A": {"version": 3, "received_from": "B", "received_at": 1.5}, '
+        b'"C": {"version": 1, "received_from": null, "received_at": 7}}')
+    sd.write_blob(CACHE_INDEX_BLOB, encode_cache_index(rows))
+    assert read_cache_index(sd) == rows
+    # Unverified data on disk: wrong types become unknown, never an error.
+    odd = {"A": {"version": "3", "received_from": 5, "received_at": True}, "B": [1], "C": {}}
+    sd.write_blob(CACHE_INDEX_BLOB, json.dumps(odd).encode())
+    assert read_cache_index(sd) == {"A": IndexRow(), "B": IndexRow(), "C": IndexRow()}
+    for junk in (b"[1, 2]", b"not json"):
+        sd.write_blob(CACHE_INDEX_BLOB, junk)
+        assert read_cache_index(sd) == {}
+    sd.delete_blob(CACHE_INDEX_BLOB)
+    assert read_cache_index(sd) == {}
+
+
+def test_persisted_cache_lists_entry_files_with_their_index_rows(tmp_path: Path) -> None:
+    sd = StateDir(tmp_path)
+    sd.write_blob(f"{ENTRY_BLOB_PREFIX}A", b"frame a")
+    sd.write_blob(f"{ENTRY_BLOB_PREFIX}B", b"frame bb")
+    sd.write_blob("own.entry", b"not listed")
+    sd.write_blob(CACHE_INDEX_BLOB, encode_cache_index({"A": IndexRow(4, "C", 9.0)}))
+    assert persisted_cache(StateDir(tmp_path, readonly=True)) == [
+        PersistedEntry(origin="A", blob="entry-A", size=HEADER_LEN + 7, version=4,
+                       received_from="C", received_at=9.0),
+        PersistedEntry(origin="B", blob="entry-B", size=HEADER_LEN + 8, version=None,
+                       received_from=None, received_at=None)]

@@ -1,0 +1,135 @@
+"""Build the typed :class:`~peerd.control.status.Status` from a node's in-memory state.
+
+The daemon hands over plain inputs: its node state, the last round's numbers, its peer table,
+a snapshot of the transport's counters (:data:`NO_TRANSPORT` before the host is up), its
+config section and the current time. The result is a frozen value, so the control server,
+the metrics endpoint and the round loop can share it without copies.
+
+Runs in the event-loop thread and must stay quick (reads memory only). It must not import the
+daemon or the transport: what it needs from them is typed by the protocols below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from peerd.control.status import CacheRow, ConfigStatus, NodeStatus, PeerRow, Status, finite
+from peerd.node.peers import PeerTable
+
+if TYPE_CHECKING:  # the node state imports torch; the protocols below only need its type
+    from peerd.node.state import NodeState
+
+
+class RoundNumbers(Protocol):
+    """The daemon's last-round numbers (``peerd.daemon.daemon.Metrics``)."""
+
+    @property
+    def round(self) -> int: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def examples(self) -> int: ...
+    @property
+    def train_loss(self) -> float: ...
+    @property
+    def val_loss(self) -> float: ...
+    @property
+    def val_accuracy(self) -> float | None: ...
+    @property
+    def alpha(self) -> Mapping[str, float]: ...
+    @property
+    def drift(self) -> Mapping[str, float]: ...
+
+
+class LinkCounters(Protocol):
+    """One peer's transport counters (``peerd.net.transport.PeerStats``)."""
+
+    @property
+    def bytes_in(self) -> int: ...
+    @property
+    def bytes_out(self) -> int: ...
+    @property
+    def budget_refusals(self) -> int: ...
+    @property
+    def last_seen(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TransportSnapshot:
+    """What the transport reports: connected peers, per-peer counters, lifetime totals."""
+
+    connected: frozenset[str] = frozenset()
+    peers: Mapping[str, LinkCounters] = field(default_factory=dict)
+    bytes_in: int = 0  # since start, peers no longer listed included
+    bytes_out: int = 0
+
+
+#: Before the libp2p host is up: no connections, nothing moved.
+NO_TRANSPORT = TransportSnapshot()
+
+
+def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
+                 transport: TransportSnapshot, config: ConfigStatus, listen: Sequence[str],
+                 now: float) -> Status:
+    clock = node.clock(now)
+    cache = tuple(
+        CacheRow(
+            origin=item.meta.origin,
+            version=item.meta.version,
+            created_at=item.meta.created_at,
+            age_s=now - item.meta.created_at,
+            staleness=clock.staleness(item.meta),
+            examples=item.meta.num_examples,
+            alpha=finite(numbers.alpha.get(item.meta.origin)),
+            drift=finite(numbers.drift.get(item.meta.origin)),
+            received_from=item.received_from,
+            received_at=item.received_at,
+            verified=item.verified,
+        )
+        for item in node.cache
+    )
+    rows = []
+    # Peers we connected to without knowing them (they dialled us between two sweeps) too.
+    for pid in sorted(peers.ids() | transport.connected):
+        p = peers.get(pid)
+        s = transport.peers.get(pid)
+        rows.append(PeerRow(
+            id=pid,
+            addrs=p.addrs if p else (),
+            connected=pid in transport.connected,
+            last_seen=p.last_seen if p else (s.last_seen if s else None),
+            bytes_in=s.bytes_in if s else 0,
+            bytes_out=s.bytes_out if s else 0,
+            budget_refusals=s.budget_refusals if s else 0,
+            source=p.source if p else "inbound",
+            sessions=p.sessions if p else 0,
+            last_error=p.last_error if p else None,
+        ))
+    own = node.own
+    return Status(
+        node=NodeStatus(
+            id=node.id,
+            fleet=node.fleet_id.hex(),
+            round=numbers.round,
+            version=numbers.version,
+            examples=numbers.examples,
+            train_loss=finite(numbers.train_loss),
+            val_loss=finite(numbers.val_loss),
+            val_accuracy=finite(numbers.val_accuracy),
+            own_alpha=finite(numbers.alpha.get(node.id)),
+            published_version=own.entry.meta.version if own else None,
+            manifest_seq=node.manifest.seq,
+            listen=tuple(listen),
+            bytes_in=transport.bytes_in,
+            bytes_out=transport.bytes_out,
+        ),
+        config=config,
+        cache=cache,
+        peers=tuple(rows),
+        accepted=node.accepted,
+        rejected=dict(sorted(node.rejected.items())),
+        dropped=dict(sorted(node.dropped.items())),
+        flagged=tuple(sorted(node.ledger.flagged)),
+    )

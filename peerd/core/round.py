@@ -1,0 +1,150 @@
+"""One Cached-DFL round: blend plan → α → blend → local update → publish decision.
+
+This is the only place that orders a round. The daemon (:mod:`peerd.learn.trainer`), the
+in-process demo (:mod:`peerd.mesh.inproc`) and the simulator (:mod:`peerd.sim`) all call
+:func:`cached_dfl_round`; they share its order and its decisions and bring their own machinery
+for the heavy steps as :class:`RoundOps` (Flower's strategy/client split, without a server):
+
+* the daemon blends in place, column block by column block, drops its peer list as soon as it
+  is blended, and keeps x̄ in a file or reuses its published entry (memory: one model);
+* the simulator blends all agents in one matrix product and trains them all with vmap;
+* the in-process mesh blends stacked copies and trains each node with ``local_update``.
+
+So a round is batch-shaped: ``agents`` are all the models a caller advances together (the
+daemon: one). What the round decides, per agent:
+
+1. the blend plan (:func:`peerd.core.plan.blend_plan`): own model first, then the cache in
+   cache order, α from the policy; an empty cache blends nothing;
+2. x̄, the anchor of the proximal term (:class:`Anchor`);
+3. whether the trained model is published: with a :class:`PublishRule`, only if it moved more
+   than ε since its last published entry (:func:`peerd.core.drift.should_publish`); without one
+   (simulator, demo) every round publishes, as in the lecture's round.
+
+What it must not do: touch a model, a file, a socket or a clock, or draw random numbers. Time
+comes in as ``clock``, randomness inside the ops (each training carries its generator).
+
+Exchanging entries is not part of a round: the daemon gossips between rounds, the simulator
+and the demo swap caches at contacts after publishing. Their reports show each round's models
+after aggregation, which is the blend that opens the next round; their last round is closed
+by :func:`blend_step` alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
+
+from peerd.core.alpha import AlphaPolicy
+from peerd.core.drift import should_publish
+from peerd.core.entry import CacheItem, EntryMeta
+from peerd.core.plan import BlendPlan, blend_plan
+from peerd.core.staleness import Clock
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundAgent:
+    """One agent going into a round."""
+
+    #: Its own model's metadata: α reads the origin and the example count (never the digest).
+    own: EntryMeta
+    #: The peer models it holds, in cache order (metadata: the plan never reads tensors).
+    cache: tuple[CacheItem, ...]
+    #: Its model still equals its last published entry, bit for bit.
+    published: bool = False
+
+
+class Anchor(StrEnum):
+    """x̄ for the proximal term ρ/2‖x − x̄‖² of one agent's local update."""
+
+    #: ρ = 0: plain SGD, no anchor to hold.
+    NONE = "none"
+    #: Nothing was blended and the model is its published entry: that entry is x̄ (no copy).
+    PUBLISHED = "published"
+    #: x̄ is the model as the blend left it: the caller keeps it before training moves it.
+    BLEND = "blend"
+
+
+class BlendOps(Protocol):
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        """Replace each agent's model by Σ α_j x_j over its plan's origins (own first, then its
+        cache in cache order). An alone plan leaves the model as it is: the op may skip it."""
+
+
+class RoundOps(BlendOps, Protocol[T_co]):
+    def train(self, anchors: Sequence[Anchor]) -> T_co:
+        """K proximal steps for every agent from its blended model, x̄ as ``anchors`` say.
+
+        Returns what the caller needs afterwards (trained models, losses); the round hands it
+        to the publish rule and back, unread."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishRule(Generic[T]):
+    """Publish only models that moved more than ``epsilon`` since their last published entry."""
+
+    epsilon: float
+    #: ‖x − x_published‖ per agent, from the training's result (``math.inf`` for an agent that
+    #: never published: its first model always goes out).
+    drift: Callable[[T], Sequence[float]]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundOutcome(Generic[T]):
+    plans: tuple[BlendPlan, ...]
+    anchors: tuple[Anchor, ...]
+    trained: T  # what ops.train returned
+    drift: tuple[float, ...] | None  # since the last publication; None: no rule, not measured
+    publish: tuple[bool, ...]
+
+
+def blend_step(
+    agents: Sequence[RoundAgent], *, clock: Clock, policy: AlphaPolicy, ops: BlendOps
+) -> tuple[BlendPlan, ...]:
+    """Plan every agent's blend (α under ``policy`` at ``clock``) and have ``ops`` apply it.
+
+    The first half of :func:`cached_dfl_round`; alone, it closes a simulation's last round."""
+    plans = tuple(blend_plan(a.own, a.cache, clock, policy) for a in agents)
+    ops.blend(plans)
+    return plans
+
+
+def anchor_for(agent: RoundAgent, plan: BlendPlan, rho: float) -> Anchor:
+    """Where x̄ comes from: nothing to hold at ρ = 0; the published entry when nothing was
+    blended and the model still equals it; otherwise the blend itself."""
+    if rho == 0:
+        return Anchor.NONE
+    if plan.alone and agent.published:
+        return Anchor.PUBLISHED
+    return Anchor.BLEND
+
+
+def cached_dfl_round(
+    agents: Sequence[RoundAgent],
+    *,
+    clock: Clock,
+    policy: AlphaPolicy,
+    rho: float,
+    ops: RoundOps[T],
+    rule: PublishRule[T] | None = None,
+) -> RoundOutcome[T]:
+    """One round for every agent: plan → α → blend → local update → publish decision."""
+    if not agents:
+        raise ValueError("a round needs at least one agent")
+    if not (math.isfinite(rho) and rho >= 0):
+        raise ValueError(f"rho must be finite and >= 0, got {rho}")
+    plans = blend_step(agents, clock=clock, policy=policy, ops=ops)
+    anchors = tuple(anchor_for(a, p, rho) for a, p in zip(agents, plans, strict=True))
+    trained = ops.train(anchors)
+    if rule is None:
+        return RoundOutcome(plans, anchors, trained, None, (True,) * len(agents))
+    moved = tuple(rule.drift(trained))
+    if len(moved) != len(agents):
+        raise ValueError(f"{len(moved)} drifts for {len(agents)} agents")
+    publish = tuple(should_publish(d, rule.epsilon) for d in moved)
+    return RoundOutcome(plans, anchors, trained, moved, publish)
