@@ -415,7 +415,7 @@ def breakdown_child(params: int, capacity: int) -> dict[str, Any]:
                 # to the state directory) fed in network-sized chunks, then its verify.
                 entry, frame = trio.run(read_entry, _ChunkFeed(message), 2**31, d.state.blobs)
                 v = verify(entry, fleet_id=d.node.fleet_id, manifest=d.node.manifest,
-                           ledger=d.node.ledger, schema=d.node.schema, limits=d.node.limits,
+                           ledger=d.node.ledger.view(), schema=d.node.schema, limits=d.node.limits,
                            now=time.time(), frame=frame)
                 assert d.node.accept(v, sender=m.id, now=time.time()) is None
 

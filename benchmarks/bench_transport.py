@@ -368,7 +368,7 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
             assert isinstance(entry, msg.Entry)
             v = await trio.to_thread.run_sync(lambda: verify(
                 entry, fleet_id=FLEET, manifest=fleet.manifest,
-                ledger=b_node.ledger, schema=fleet.schema, limits=b_node.limits,
+                ledger=b_node.ledger.view(), schema=fleet.schema, limits=b_node.limits,
                 now=time.time()))
             assert b_node.accept(v, sender=fleet.a.id, now=time.time()) is None
 

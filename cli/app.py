@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from peerd.cli import demo, fleet, keygen
+from peerd.cli import flags as flags_cmd
 from peerd.cli import init as init_cmd
 from peerd.cli import peers as peers_cmd
 from peerd.cli import run as run_cmd
@@ -27,6 +28,7 @@ app.command("init")(init_cmd.init)
 app.command("run")(run_cmd.run)
 app.command("status")(status_cmd.status)
 app.command("peers")(peers_cmd.peers)
+app.add_typer(flags_cmd.app, name="flags")
 
 
 def main() -> None:

@@ -78,8 +78,8 @@ socket = {_toml_str(socket)}
 # max_concurrent_receives = 1   # entries received at once (each spooled to a temp file)
 
 [learning]
-# tau_max = 600.0              # staleness cutoff: seconds (or rounds, see staleness)
-# staleness = "time"           # time | rounds
+# tau_max = 600.0              # staleness cutoff, seconds: older entries are dropped
+# staleness = "time"           # the only mode ("rounds": simulator only, no shared counter)
 # capacity = 10                # C: peer entries kept in the cache
 # rho = 0.01                   # proximal weight towards the blended model
 # local_steps = 10             # K: SGD steps per round
@@ -88,6 +88,7 @@ socket = {_toml_str(socket)}
 # alpha = "uniform"            # uniform | examples | examples-capped:N | staleness:poly:A ...
 # epsilon = 0.0                # publish only when the model moved more than this
 # round_interval_s = 10.0
+# max_silence_s = 300.0        # epsilon > 0: republish after this long silent; unset = tau_max/2
 
 [validation]
 # max_norm = 1e4               # reject entries whose parameter L2 norm is larger

@@ -33,14 +33,23 @@ def _ago(now: float, stamp: float | None) -> str:
     return f"{max(0.0, now - stamp):.0f} s ago"
 
 
+def _backoff(p: PeerRow) -> str:
+    """``-``, or the failures in a row and when the next dial may start."""
+    if not p.failures:
+        return "-"
+    retry = "" if p.retry_in_s is None else f", retry in {p.retry_in_s:.0f} s"
+    return f"{p.failures} failed{retry}"
+
+
 def render_peers(console: Console, peers: tuple[PeerRow, ...], now: float) -> None:
     table = Table(title=f"peers ({len(peers)})")
-    for col in ("id", "connected", "last seen", "bytes in", "bytes out", "addresses"):
+    for col in ("id", "connected", "last seen", "bytes in", "bytes out", "backoff",
+                "addresses"):
         table.add_column(col, justify="right" if col.startswith("bytes") else "left",
                          overflow="fold")
     for p in peers:
         table.add_row(p.id, "yes" if p.connected else "no", _ago(now, p.last_seen),
-                      str(p.bytes_in), str(p.bytes_out), "\n".join(p.addrs))
+                      str(p.bytes_in), str(p.bytes_out), _backoff(p), "\n".join(p.addrs))
     console.print(table)
 
 
@@ -50,7 +59,8 @@ def peers(
     socket: SocketOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """List the peers the daemon knows: connection state, last seen, bytes in and out."""
+    """List the peers the daemon knows: connection state, last seen, bytes in and out, and
+    the backoff of a peer that failed (failures in a row, seconds until the next dial)."""
     path = resolve_socket(socket, config)
     answer = ask(path, "peers", timeout)
     if isinstance(answer, ControlError):

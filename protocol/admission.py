@@ -6,13 +6,16 @@ Order (each step only runs if the previous passed):
  3. Ed25519 over domain || fleet || *raw* body bytes             BAD_SIGNATURE
  4. decode and type-check the body; body fleet and origin match   MALFORMED, WRONG_FLEET
  5. created_at <= now + max_skew                                  FUTURE_TIMESTAMP
- 6. ledger: newer than held, no equivocation                      NOT_NEWER, EQUIVOCATION
+ 6. ledger: newer than held, no equivocation, bounded by time    NOT_NEWER, EQUIVOCATION,
+                                                                  VERSION_TOO_HIGH
  7. payload length == signed length == local schema's bytes       PAYLOAD_MISMATCH / TOO_LARGE
     and index matches the local schema                            SHAPE/DTYPE_MISMATCH
  8. SHA-256 of the payload == signed digest                       PAYLOAD_MISMATCH
  9. zero-copy tensor views                                        MALFORMED
 Membership is checked before the signature so strangers cost a dictionary lookup, and
-the ledger before hashing so a replayed 44 MB entry costs no hash.
+the ledger before hashing so a replayed 44 MB entry costs no hash. In a worker thread the
+ledger is a :class:`LedgerView` snapshot: nothing is recorded or flagged there (an
+equivocation is raised as :class:`EquivocationError` for the ledger's owner to flag).
 
 Must not: check finite values or the norm (``peerd.core.validate`` does, called from
 ``peerd.node.state.verify``), cache or weigh an entry (``peerd.core.cache`` and ``alpha``),
@@ -32,7 +35,7 @@ from peerd.core.reasons import Reason
 from peerd.protocol.entry import EntryBody
 from peerd.protocol.envelope import ENTRY_DOMAIN
 from peerd.protocol.errors import ProtocolError
-from peerd.protocol.ledger import OriginLedger
+from peerd.protocol.ledger import LedgerView, OriginLedger
 from peerd.protocol.limits import DEFAULT_MAX_CLOCK_SKEW_S, MAX_ENTRY_HEAD_LEN
 from peerd.protocol.manifest import Manifest
 from peerd.protocol.messages import Entry
@@ -62,7 +65,7 @@ def admit_entry(
     *,
     fleet_id: bytes,
     manifest: Manifest,
-    ledger: OriginLedger,
+    ledger: OriginLedger | LedgerView,
     schema: Schema,
     now: float,
     max_skew: float = DEFAULT_MAX_CLOCK_SKEW_S,
@@ -73,7 +76,10 @@ def admit_entry(
 
     ``sha256`` hashes the payload (hex). The default does it in one call; a caller whose
     payload is a mapped file passes one that reads it in pieces and lets each go.
+    ``record`` needs a live :class:`OriginLedger` (a snapshot records nothing).
     """
+    if record and not isinstance(ledger, OriginLedger):
+        raise TypeError("record=True needs an OriginLedger, not a snapshot of one")
     env = message.envelope
     if env.fleet_id != fleet_id:
         raise ProtocolError(Reason.WRONG_FLEET, "entry signed for another fleet")
@@ -89,7 +95,7 @@ def admit_entry(
         raise ProtocolError(
             Reason.FUTURE_TIMESTAMP, f"created_at {body.created_at} > now {now} + {max_skew}"
         )
-    ledger.check(body.origin, body.version, body.digest)
+    ledger.check(body.origin, body.version, body.digest, body.created_at)
     expected_len = schema_payload_len(schema)
     if body.payload_len != expected_len:
         raise ProtocolError(
@@ -106,6 +112,6 @@ def admit_entry(
     if sha256(payload) != body.digest:
         raise ProtocolError(Reason.PAYLOAD_MISMATCH, "payload SHA-256 differs from the signed one")
     tensors = decode_tensors(body.tensors, payload)
-    if record:
-        ledger.record(body.origin, body.version, body.digest)
+    if record and isinstance(ledger, OriginLedger):
+        ledger.record(body.origin, body.version, body.digest, body.created_at)
     return VerifiedEntry(body=body, tensors=tensors, message=message)

@@ -75,5 +75,26 @@ MAX_REVOKED = 400
 #: Largest integer accepted for versions, seq numbers and counts (int64 range; msgpack
 #: could carry uint64 and Python ints are unbounded).
 MAX_INT = 2**63 - 1
+#: Highest entry version accepted: 2**53, the largest integer a JSON reader holding numbers
+#: as float64 (``peerd status --json`` in JavaScript, jq) still reads exactly. Threat: a
+#: version at the integer ceiling (2**63 - 1), signed by a buggy or stolen key, leaves its
+#: origin nothing newer to publish: every later entry of it would be refused for ever. At
+#: MAX_VERSIONS_PER_S it is reached 285,000 years after VERSION_EPOCH_S.
+MAX_VERSION = 2**53
+#: Fastest sustained rate at which an origin's versions may advance, per second of its signed
+#: ``created_at`` (see protocol/ledger.py: version_limit). A daemon publishes at most once per
+#: round, and a round trains, signs and fsyncs its entry: far below 1,000 a second. Threat: a
+#: version far ahead of what its origin can have published (a corrupt counter, a stolen key)
+#: racing towards MAX_VERSION; with this bound it cannot outrun the clock.
+MAX_VERSIONS_PER_S = 1000
+#: Versions an origin may run ahead of MAX_VERSIONS_PER_S: bursts, and a clock stepped back
+#: (its next entry is then "older" than the held one but one version newer).
+VERSION_SLACK = 1024
+#: Where the version clock of an origin seen for the first time starts (2020-01-01 UTC; no
+#: peerd entry is older): version <= VERSION_SLACK + MAX_VERSIONS_PER_S * (created_at -
+#: VERSION_EPOCH_S). Threat: without it, the first entry a node holds of an origin could carry
+#: any version up to MAX_VERSION.
+VERSION_EPOCH_S = 1_577_836_800.0
+
 #: Default allowed clock skew for ``created_at`` in the future (seconds).
 DEFAULT_MAX_CLOCK_SKEW_S = 300.0

@@ -9,10 +9,16 @@ needs the node and reports it. The turn order, which the wire format of v1 fixes
 1. ``Hello`` both ways, initiator first. The peer's Hello is judged only once ours went out
    (so a refused peer still learns who we are): same fleet, and the node id the transport
    handshake authenticated.
-2. ``Manifest``: whoever announced the higher ``manifest_seq`` sends its signed manifest
-   (at most one frame; none on a tie). The node verifies and adopts it.
-3. :class:`CheckPeer`: the node decides whether the peer is an active member under the
-   manifest it now holds, and reports it with :meth:`Session.peer_admitted`.
+2. :class:`CheckPeer`: the node decides whether the peer is an active member under the
+   manifest it holds, and reports it with :meth:`Session.peer_admitted`. The side that
+   announced the higher ``manifest_seq`` decides first, under that (newer) manifest: the
+   manifest lists every member's key, and the fleet id, all a stranger needs to get this
+   far, is public (mDNS publishes it). Nothing of the fleet is queued before admission.
+3. ``Manifest``: that side, once it admitted the peer, sends its signed manifest (at most
+   one frame; none on a tie); the other side's node verifies and adopts it, and only then
+   decides (:class:`CheckPeer`) under the manifest it now holds. A newcomer admitted in a
+   manifest the other side has not seen is thus judged under the manifest that admits it,
+   whichever side it is on.
 4. ``Digest`` both ways, initiator first: what each side holds.
 5. ``Want`` both ways, initiator first: built by the node from the peer's Digest.
 6. Entries: the initiator announces (a ``Digest`` of what follows, only entries the peer
@@ -140,6 +146,7 @@ class Session:
             self._turn(Phase.HELLO, Send(Phase.HELLO, hello))
         )
         self._judge_hello = False  # set once both Hellos went by; judged in next_step()
+        self._send_manifest: msg.ManifestMessage | None = None  # ours, once the peer is admitted
         self._failed = False
         self._their_hello: msg.Hello | None = None
         self._their_digest: msg.Digest | None = None
@@ -187,9 +194,12 @@ class Session:
         return [message.head()]
 
     def peer_admitted(self) -> None:
-        """The node found the peer an active member: the Digest exchange may start."""
+        """The node found the peer an active member: our newer manifest (if any), then the
+        Digest exchange, may go out."""
         self._current(CheckPeer, "peer_admitted")
         self._steps.popleft()
+        if self._send_manifest is not None:
+            self._steps.append(Send(Phase.MANIFEST, self._send_manifest))
         self._steps.extend(self._turn(Phase.DIGEST))
         self._steps.extend(self._turn(Phase.WANT))
         first, second = Send(Phase.ANNOUNCE), self._receive(Phase.ANNOUNCE)
@@ -282,13 +292,13 @@ class Session:
         if theirs.node_id != self.peer_id:
             self._failed = True
             raise ProtocolError(Reason.BAD_SIGNATURE, "Hello names a node other than the handshake")
-        # Manifests, the initiator's direction first: whoever holds the higher seq sends.
-        mine, seq = self.manifest, self.hello.manifest_seq
-        for sender_is_me in (self.initiator, not self.initiator):
-            if sender_is_me and mine is not None and seq > theirs.manifest_seq:
-                self._steps.append(Send(Phase.MANIFEST, mine))
-            elif not sender_is_me and theirs.manifest_seq > seq:
-                self._steps.append(self._receive(Phase.MANIFEST))
+        # Whoever holds the higher seq sends its manifest (at most one side does), but only
+        # to a peer its node admitted (peer_admitted queues it): a stranger gets an Error.
+        seq = self.hello.manifest_seq
+        if self.manifest is not None and seq > theirs.manifest_seq:
+            self._send_manifest = self.manifest
+        elif theirs.manifest_seq > seq:
+            self._steps.append(self._receive(Phase.MANIFEST))  # judged under it, once adopted
         self._steps.append(CheckPeer())
 
     def _receive_frame(self, frame: bytes | bytearray | memoryview) -> msg.Message:

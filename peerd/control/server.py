@@ -4,9 +4,17 @@ Protocol (API version 1): the client connects, sends one JSON object on one line
 ``{"api": 1, "method": "status"}`` and reads one JSON line back, then the server closes:
 
 * ``{"api": 1, "ok": true, "result": {...}}`` -- ``status`` returns the full status
-  (:func:`peerd.control.status.to_json`), ``peers`` returns ``{"peers": [...]}``;
+  (:func:`peerd.control.status.to_json`), ``peers`` returns ``{"peers": [...]}``, ``flags``
+  the origins flagged for equivocation (:class:`peerd.control.status.Flags`), and
+  ``{"api": 1, "method": "clear_flag", "origin": "<node id>"}`` clears one (persisted before
+  the answer; error ``not_flagged`` if it was not flagged) and answers like ``flags``;
 * ``{"api": 1, "ok": false, "error": {"code": "...", "message": "..."}}`` for a bad request,
   an API version the server does not speak, an unknown method or a provider failure.
+
+Local clients cannot lock a genuine one out: open connections are capped and the oldest one
+that has not sent its request yet is closed to make room for a new one, the request line has
+a short deadline, and an oversize request gets its ``too_large`` answer (what it still sends is
+read and dropped, so the client is not reset before it reads it).
 
 Access control is the socket file's mode: 0600 (the daemon's user only) or 0660 with a group
 (``[node] socket_group``). The file is bound inside a private 0700 directory, chmod-ed and
@@ -31,16 +39,22 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
+from peerd.control.connections import Connection, Connections
 from peerd.control.status import (
+    Flags,
     PeerRow,
     Status,
     StatusError,
+    flags_from_json,
+    flags_to_json,
     from_json,
     peers_from_json,
     peers_to_json,
@@ -50,24 +64,45 @@ from peerd.control.status import (
 log = logging.getLogger(__name__)
 
 API_VERSION = 1
-METHODS = ("status", "peers")
+METHODS = ("status", "peers", "flags", "clear_flag")
 #: Largest request: a request is ~40 bytes; a local process must not make us buffer more.
 MAX_REQUEST_LEN = 4096
-#: Bytes of an oversized request read and dropped so the client still sees the error.
-MAX_DRAIN_LEN = 16 * MAX_REQUEST_LEN
+#: Bytes of an oversized request read and dropped so that a client still sending it (a plain
+#: ``sendall`` of 10 MB, then a read) gets to read our error instead of a reset: closing a
+#: Unix socket with unread input resets it. Dropped as it arrives (no memory), bounded so a
+#: client streaming forever cannot keep us reading; a bigger request may see a reset.
+MAX_DRAIN_LEN = 64 * 1024**2
 #: Largest response the client reads: status with C cache entries and a few hundred peers is
 #: tens of KB; a confused server (or another program on the path) must not exhaust the CLI.
 MAX_RESPONSE_LEN = 16 * 1024**2
-#: How long one connection may take on the server side: a client that connects and sends
-#: nothing must not hold a handler (and a file descriptor) forever.
+#: How long a connection may take to send its request line: a genuine client sends its ~40
+#: bytes right after connecting, so a client that connects and says nothing is closed soon
+#: and cannot hold a handler (and a file descriptor) for long.
+REQUEST_TIMEOUT_S = 2.0
+#: How long one connection may take on the server side, all of it (request, answer, drain).
 SERVER_TIMEOUT_S = 5.0
-#: Connections served at once: a local process opening sockets in a loop gets queued here
+#: Connections held open at once (a file descriptor each). When a new one arrives at the cap,
+#: the oldest one that owes us its request line (or is only sending an oversize request) is
+#: closed to make room: a flood of idle local clients evicts itself, and a genuine client is
+#: always accepted and read at once.
+MAX_OPEN_CONNECTIONS = 64
+#: Connections the kernel queues before we accept them. A full backlog makes a client's
+#: connect fail with EAGAIN, so it is sized for a burst while the event loop is busy
+#: (the kernel caps it at net.core.somaxconn).
+LISTEN_BACKLOG = 256
+#: Connections answered at once: a local process opening sockets in a loop gets queued here
 #: instead of making the daemon build status dicts without bound.
 MAX_CONCURRENT_CLIENTS = 8
 #: Default client timeout: the daemon answers from memory, so seconds mean it is stuck.
 DEFAULT_TIMEOUT_S = 5.0
 #: AF_UNIX sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_LEN = 107
+#: Longest origin a ``clear_flag`` request may name (a node id is 52 characters).
+MAX_ORIGIN_LEN = 64
+#: First pause before the client tries again when the backlog is full (EAGAIN); it doubles
+#: up to the cap, within the client's timeout.
+CONNECT_RETRY_S = 0.01
+CONNECT_RETRY_MAX_S = 0.2
 
 #: What the daemon hands the server: a callable returning the current status. It runs in the
 #: trio thread, so it must be quick and must not block (read in-memory state only).
@@ -92,8 +127,39 @@ def _error(code: str, message: str) -> dict[str, Any]:
     return {"api": API_VERSION, "ok": False, "error": {"code": code, "message": message}}
 
 
+#: An operator's action: clear ``origin``'s equivocation flag (durably); False if it had none.
+FlagClearer = Callable[[str], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Operations:
+    """What a daemon offers on its socket: its status, and the operator's actions. It is a
+    :data:`StatusProvider` itself, so the server hands it around as one. The actions run in
+    the trio thread like the provider (the daemon's state is only touched there)."""
+
+    status: StatusProvider
+    clear_flag: FlagClearer | None = None
+
+    def __call__(self) -> Status:
+        return self.status()
+
+
+def _clear_flag(request: dict[str, Any], ops: Operations) -> dict[str, Any] | None:
+    """The error response of a ``clear_flag`` that cannot be done, else None (done)."""
+    origin = request.get("origin")
+    if not isinstance(origin, str) or not 0 < len(origin) <= MAX_ORIGIN_LEN:
+        return _error("bad_request", "clear_flag needs \"origin\": a node id")
+    if ops.clear_flag is None:
+        return _error("unknown_method", "this daemon cannot clear flags")
+    if not ops.clear_flag(origin):
+        return _error("not_flagged", f"{origin} is not flagged; `peerd flags` lists the "
+                                     "flagged origins")
+    return None
+
+
 def dispatch(raw: bytes, provider: StatusProvider) -> dict[str, Any]:
-    """The response to one raw request line (pure, so it is tested without sockets)."""
+    """The response to one raw request line (pure apart from the actions of an
+    :class:`Operations` provider, so it is tested without sockets)."""
     try:
         request = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -109,9 +175,21 @@ def dispatch(raw: bytes, provider: StatusProvider) -> dict[str, Any]:
     if method not in METHODS:
         return _error("unknown_method",
                       f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    cleared = None
+    if method == "clear_flag":
+        ops = provider if isinstance(provider, Operations) else Operations(provider)
+        refused = _clear_flag(request, ops)
+        if refused is not None:
+            return refused
+        cleared = request["origin"]
     try:
         status = provider()
-        result = to_json(status) if method == "status" else peers_to_json(status.peers)
+        if method == "status":
+            result = to_json(status)
+        elif method == "peers":
+            result = peers_to_json(status.peers)
+        else:
+            result = flags_to_json(Flags(running=True, flagged=status.flagged, cleared=cleared))
         json.dumps(result)  # fail here, as an error response, not half-way through sending
     except Exception as exc:
         log.exception("control: status provider failed")
@@ -139,28 +217,49 @@ async def _drain(stream: trio.SocketStream) -> None:
         left -= len(chunk)
 
 
+async def _serve_one(stream: trio.SocketStream, provider: StatusProvider,
+                     limiter: trio.CapacityLimiter, conns: Connections, conn: Connection) -> None:
+    with trio.move_on_after(REQUEST_TIMEOUT_S) as read_scope:
+        line = await _read_line(stream)
+    if read_scope.cancelled_caught:
+        log.debug("control client sent no request within %ss", REQUEST_TIMEOUT_S)
+        return
+    conns.evictable(conn, False)  # from here on we owe it an answer
+    # The limiter bounds the answers built at once; it is never held while waiting for a
+    # client to speak, so idle clients cannot keep a genuine one from its turn.
+    async with limiter:
+        response = (_error("too_large", f"request over {MAX_REQUEST_LEN} bytes")
+                    if line is None else dispatch(line, provider))
+        await stream.send_all(json.dumps(response).encode() + b"\n")
+    if line is None:
+        # The answer is complete (EOF for a client that reads to the end); drop what it is
+        # still sending so that it gets to read the answer instead of a reset.
+        await stream.send_eof()
+        conns.evictable(conn, True)
+        await _drain(stream)
+
+
 async def _handle(stream: trio.SocketStream, provider: StatusProvider,
-                  limiter: trio.CapacityLimiter) -> None:
-    # The deadline covers the wait for a free slot too, so queued connections cannot pile
-    # up (each holds a file descriptor) behind slow ones.
+                  limiter: trio.CapacityLimiter, conns: Connections) -> None:
     async with stream:
+        # The outer deadline covers the whole connection; eviction cancels the same scope.
         with trio.move_on_after(SERVER_TIMEOUT_S) as scope:
+            conn = Connection(scope)
+            if not conns.admit(conn):
+                log.debug("control: %d connections answering, dropping a new one", len(conns))
+                return
             try:
-                async with limiter:
-                    line = await _read_line(stream)
-                    response = (_error("too_large", f"request over {MAX_REQUEST_LEN} bytes")
-                                if line is None else dispatch(line, provider))
-                    await stream.send_all(json.dumps(response).encode() + b"\n")
-                    if line is None:
-                        await _drain(stream)
+                await _serve_one(stream, provider, limiter, conns, conn)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 log.debug("control client went away: %s", exc)
             except Exception:
                 # An exception escaping a handler would cancel serve_listeners and with it
                 # the daemon's nursery: one bad local client must never stop the node.
                 log.exception("control: unexpected error serving a client")
+            finally:
+                conns.remove(conn)
         if scope.cancelled_caught:
-            log.debug("control client timed out after %ss", SERVER_TIMEOUT_S)
+            log.debug("control client timed out or was evicted for a newer one")
 
 
 def _check_stale(path: Path) -> None:
@@ -216,7 +315,7 @@ async def open_control_listener(path: Path, *, group: str | None = None) -> trio
         os.chmod(tmp, 0o660 if gid is not None else 0o600)
         if gid is not None:
             os.chown(tmp, -1, gid)
-        sock.listen(MAX_CONCURRENT_CLIENTS)
+        sock.listen(LISTEN_BACKLOG)
         os.replace(tmp, path)
     except OSError as exc:
         sock.close()
@@ -244,6 +343,7 @@ class ControlServer:
         self._provider = provider
         self._ino = path.stat().st_ino
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_CLIENTS)
+        self._conns = Connections(MAX_OPEN_CONNECTIONS)
 
     @classmethod
     async def open(cls, path: Path, provider: StatusProvider, *,
@@ -251,7 +351,7 @@ class ControlServer:
         return cls(path, await open_control_listener(path, group=group), provider)
 
     async def _handler(self, stream: trio.SocketStream) -> None:
-        await _handle(stream, self._provider, self._limiter)
+        await _handle(stream, self._provider, self._limiter, self._conns)
 
     async def serve(self) -> None:
         """Serve until cancelled, then remove the socket file (if it is still ours)."""
@@ -278,13 +378,32 @@ def _is_socket(path: Path) -> bool:
         return False
 
 
-def request(socket_path: Path, method: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
-    """Ask the daemon; the ``result`` dict, or :class:`ControlError` with a clear message."""
+def _connect(sock: socket.socket, socket_path: Path, timeout: float) -> None:
+    # A socket with a timeout is non-blocking inside, and on a Unix socket whose backlog is
+    # full connect() fails at once with EAGAIN instead of waiting: the daemon is busy
+    # accepting a burst of connections, so try again (briefly) within the timeout.
+    deadline = time.monotonic() + timeout
+    pause = CONNECT_RETRY_S
+    while True:
+        try:
+            sock.connect(str(socket_path))
+            return
+        except BlockingIOError:
+            if time.monotonic() + pause >= deadline:
+                raise TimeoutError from None
+            time.sleep(pause)
+            pause = min(2 * pause, CONNECT_RETRY_MAX_S)
+
+
+def request(socket_path: Path, method: str, timeout: float = DEFAULT_TIMEOUT_S,
+            params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Ask the daemon; the ``result`` dict, or :class:`ControlError` with a clear message.
+    ``params``: the method's arguments, sent beside ``api`` and ``method``."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         try:
-            sock.connect(str(socket_path))
+            _connect(sock, socket_path, timeout)
         except FileNotFoundError:
             raise ControlError("not_running",
                                f"peerd is not running? no socket at {socket_path}") from None
@@ -301,7 +420,8 @@ def request(socket_path: Path, method: str, timeout: float = DEFAULT_TIMEOUT_S) 
                                "or root, or join the socket's group ([node] socket_group)"
                                ) from None
         data = bytearray()
-        sock.sendall(json.dumps({"api": API_VERSION, "method": method}).encode() + b"\n")
+        ask = {**(params or {}), "api": API_VERSION, "method": method}
+        sock.sendall(json.dumps(ask).encode() + b"\n")
         while len(data) <= MAX_RESPONSE_LEN:
             chunk = sock.recv(65536)
             if not chunk:
@@ -360,3 +480,15 @@ def request_status(socket_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> Sta
 def request_peers(socket_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[PeerRow, ...]:
     """Ask the daemon for its peers, decoded; :class:`ControlError` as :func:`request`."""
     return decode_result(socket_path, peers_from_json, request(socket_path, "peers", timeout))
+
+
+def request_flags(socket_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> Flags:
+    """Ask the daemon for its flagged origins; :class:`ControlError` as :func:`request`."""
+    return decode_result(socket_path, flags_from_json, request(socket_path, "flags", timeout))
+
+
+def request_clear_flag(socket_path: Path, origin: str,
+                       timeout: float = DEFAULT_TIMEOUT_S) -> Flags:
+    """Clear ``origin``'s flag (``not_flagged`` :class:`ControlError` if it had none)."""
+    return decode_result(socket_path, flags_from_json,
+                         request(socket_path, "clear_flag", timeout, {"origin": origin}))

@@ -106,6 +106,8 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
             source=p.source if p else "inbound",
             sessions=p.sessions if p else 0,
             last_error=p.last_error if p else None,
+            failures=p.failures if p else 0,
+            retry_in_s=None if p is None or p.retry_at is None else max(0.0, p.retry_at - now),
         ))
     own = node.own
     return Status(

@@ -110,6 +110,11 @@ class PeerRow:
     source: PeerSource
     sessions: int
     last_error: str | None
+    #: Failed dials and refused sessions in a row (reset by a good session); while > 0 the
+    #: peer is dialled only after an exponential backoff.
+    failures: int
+    #: Seconds until it may be dialled again (0: at the next sweep); None: no backoff.
+    retry_in_s: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +157,17 @@ class OfflineStatus:
     state_dir: str
     node: OfflineNode
     cache: tuple[OfflineCacheRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Flags:
+    """The control API's ``flags`` and ``clear_flag`` result, and ``peerd flags --json``:
+    the origins flagged for equivocation (after the clear), the one a ``clear_flag`` cleared,
+    and whether a running daemon answered (False: read from its state directory)."""
+
+    running: bool
+    flagged: tuple[str, ...]
+    cleared: str | None
 
 
 # ---------------------------------------------------------------------------- the codec
@@ -259,7 +275,7 @@ def _record(cls: type[Any]) -> tuple[_Decoder, _Encoder]:
 
 
 _CODECS: dict[type[Any], tuple[_Decoder, _Encoder]] = {
-    cls: _record(cls) for cls in (Status, OfflineStatus, PeerRow)
+    cls: _record(cls) for cls in (Status, OfflineStatus, PeerRow, Flags)
 }
 
 
@@ -299,3 +315,14 @@ def peers_from_json(obj: Any) -> tuple[PeerRow, ...]:
     if problems:
         raise StatusError(problems)
     return tuple(rows)
+
+
+def flags_to_json(flags: Flags) -> dict[str, Any]:
+    """The JSON object of a :class:`Flags` (``{"running", "flagged", "cleared"}``)."""
+    encoded: dict[str, Any] = _CODECS[Flags][1](flags)
+    return encoded
+
+
+def flags_from_json(obj: Any) -> Flags:
+    """A :class:`Flags` from parsed JSON; :class:`StatusError` on a wrong shape."""
+    return _decode(Flags, obj)

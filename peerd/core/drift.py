@@ -44,14 +44,25 @@ def drift(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float
     return math.sqrt(total)
 
 
-def should_publish(drift_since_last: float, epsilon: float) -> bool:
-    """Publish a new entry only if the model moved more than ε since the last published one.
+def should_publish(drift_since_last: float, epsilon: float, *, silent_for: float = 0.0,
+                   max_silence: float = math.inf) -> bool:
+    """Publish a new entry if the model moved more than ε since the last published one, or if
+    the last one is ``max_silence`` old.
 
     ε = 0 means always publish (even with zero drift): "a device whose weights barely moved
-    stays silent" applies only when the operator asks for it.
+    stays silent" applies only when the operator asks for it. Silence is bounded because peers
+    drop an entry older than τ_max: a node that barely moves would otherwise vanish from every
+    blend instead of its cached copy being reused. ``silent_for`` is the time since the last
+    publication, in ``max_silence``'s unit; a negative one (the clock stepped back past it)
+    counts as overdue, since the last entry's timestamp is wrong for this clock either way.
     """
     if not math.isfinite(epsilon) or epsilon < 0:
         raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
     if math.isnan(drift_since_last):
         raise ValueError("drift is NaN")
-    return epsilon == 0 or drift_since_last > epsilon
+    if math.isnan(silent_for) or math.isnan(max_silence) or max_silence < 0:
+        raise ValueError(f"silence must be a number and its limit >= 0, got {silent_for} of "
+                         f"at most {max_silence}")
+    if epsilon == 0 or drift_since_last > epsilon:
+        return True
+    return silent_for >= max_silence or silent_for < 0

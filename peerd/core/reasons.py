@@ -35,6 +35,9 @@ class Reason(StrEnum):
     EXPIRED = "expired"  # origin's membership past not_after
     WRONG_FLEET = "wrong_fleet"  # signed for another fleet
     TOO_LARGE = "too_large"  # exceeds a size limit before allocation
+    TOO_SLOW = "too_slow"  # an entry arrived below the minimum rate while holding a slot
+    VERSION_TOO_HIGH = "version_too_high"  # further ahead than time allows (protocol/ledger.py)
+    MANIFEST_WITHHELD = "manifest_withheld"  # a non-member claimed a newer manifest, sent none
 
 
 #: Reasons that mean "the entry was fine but we keep something better"; they are counted

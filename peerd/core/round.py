@@ -17,8 +17,9 @@ daemon: one). What the round decides, per agent:
    cache order, α from the policy; an empty cache blends nothing;
 2. x̄, the anchor of the proximal term (:class:`Anchor`);
 3. whether the trained model is published: with a :class:`PublishRule`, only if it moved more
-   than ε since its last published entry (:func:`peerd.core.drift.should_publish`); without one
-   (simulator, demo) every round publishes, as in the lecture's round.
+   than ε since its last published entry, or that entry is ``max_silence`` old
+   (:func:`peerd.core.drift.should_publish`); without one (simulator, demo) every round
+   publishes, as in the lecture's round.
 
 What it must not do: touch a model, a file, a socket or a clock, or draw random numbers. Time
 comes in as ``clock``, randomness inside the ops (each training carries its generator).
@@ -86,12 +87,19 @@ class RoundOps(BlendOps, Protocol[T_co]):
 
 @dataclass(frozen=True, slots=True)
 class PublishRule(Generic[T]):
-    """Publish only models that moved more than ``epsilon`` since their last published entry."""
+    """Publish only models that moved more than ``epsilon`` since their last published entry,
+    or whose last published entry is ``max_silence`` old (peers drop entries older than τ_max:
+    a quiet agent must refresh its entry to stay in their blends)."""
 
     epsilon: float
     #: ‖x − x_published‖ per agent, from the training's result (``math.inf`` for an agent that
     #: never published: its first model always goes out).
     drift: Callable[[T], Sequence[float]]
+    #: Per agent, the time since its last published entry, in ``max_silence``'s unit (the
+    #: daemon: seconds since its own entry's ``created_at``); empty: nobody is overdue.
+    silent_for: Sequence[float] = ()
+    #: The longest silence allowed below ε; ``math.inf``: no limit.
+    max_silence: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,5 +154,9 @@ def cached_dfl_round(
     moved = tuple(rule.drift(trained))
     if len(moved) != len(agents):
         raise ValueError(f"{len(moved)} drifts for {len(agents)} agents")
-    publish = tuple(should_publish(d, rule.epsilon) for d in moved)
+    silent = tuple(rule.silent_for) or (0.0,) * len(agents)
+    if len(silent) != len(agents):
+        raise ValueError(f"{len(silent)} silences for {len(agents)} agents")
+    publish = tuple(should_publish(d, rule.epsilon, silent_for=s, max_silence=rule.max_silence)
+                    for d, s in zip(moved, silent, strict=True))
     return RoundOutcome(plans, anchors, trained, moved, publish)

@@ -115,9 +115,10 @@ class FleetConfig:
 
 @dataclass(frozen=True, slots=True)
 class LearningConfig:
-    #: Staleness cutoff τ_max: seconds (``staleness = "time"``) or rounds.
+    #: Staleness cutoff τ_max, in seconds.
     tau_max: float = 600.0
-    staleness: Literal["time", "rounds"] = "time"
+    #: Only "time": "rounds" is refused (see _staleness); the simulator keeps round ages.
+    staleness: Literal["time"] = "time"
     capacity: int = 10  # C: peer entries kept in the cache
     rho: float = 0.01  # ρ: proximal weight towards the blend
     local_steps: int = 10  # K
@@ -127,10 +128,20 @@ class LearningConfig:
     #: Publish the own entry only when its drift exceeds ε (saves bandwidth on a plateau).
     epsilon: float = 0.0
     round_interval_s: float = 10.0
+    #: With ε > 0: re-sign and publish the current model after this many seconds without a
+    #: publication, so peers never age the node's entry out past τ_max. None: τ_max / 2.
+    max_silence_s: float | None = None
 
     @property
     def alpha_policy(self) -> AlphaPolicy:
         return AlphaPolicy.parse(self.alpha)
+
+    @property
+    def silence_limit_s(self) -> float:
+        """``max_silence_s`` in force: half of τ_max unless set, so a republished entry has
+        the other half of τ_max (rounds and gossip sweeps) to reach peers before the last
+        one expires there."""
+        return self.tau_max / 2 if self.max_silence_s is None else self.max_silence_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +319,19 @@ def _ip(v: Any) -> str:
         raise _BadError(f"must be an IP address, got {_got(v)}") from None
 
 
+def _staleness(v: Any) -> str:
+    if v == "rounds":
+        # An age in rounds subtracts an origin's *version* from this node's *round*: nodes
+        # share no round counter, and version != round once epsilon skips a publish, so a
+        # newcomer's entries look ancient (never fetched) and an old node's look negative
+        # (never age out, full alpha). Only the simulator, where version = round, keeps it.
+        raise _BadError('"rounds" is not supported by the daemon: nodes share no round '
+                        "counter (an entry's version is not a round once epsilon skips a "
+                        'publish), so round ages are meaningless across nodes; use "time" '
+                        "with tau_max in seconds")
+    return str(_choice("time")(v))
+
+
 def _alpha(v: Any) -> str:
     spec = _str(v)
     try:
@@ -362,10 +386,11 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "manifest": _optional(_path),
     }),
     "learning": (LearningConfig, {
-        "tau_max": _float(0.0), "staleness": _choice("time", "rounds"),
+        "tau_max": _float(0.0), "staleness": _staleness,
         "capacity": _int(0), "rho": _float(0.0), "local_steps": _int(1),
         "batch_size": _int(1), "lr": _float(0.0, strict=True), "alpha": _alpha,
         "epsilon": _float(0.0), "round_interval_s": _float(0.0),
+        "max_silence_s": _optional(_float(0.0, strict=True)),
     }),
     "validation": (ValidationConfig, {
         "max_norm": _float(0.0, strict=True), "max_examples": _int(1),
@@ -423,6 +448,13 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
                           "`peerd init --fleet DIR` writes it")
     base = None if source is None else source.parent
     parts = {name: _section(name, data[name], base) for name in _SCHEMA if name in data}
+    learning: LearningConfig | None = parts.get("learning")
+    if learning is not None and learning.max_silence_s is not None \
+            and learning.max_silence_s >= learning.tau_max:
+        # A silence of tau_max lets the last entry expire at every peer before the next one
+        # is even made: the node drops out of the fleet's blends in between.
+        raise ConfigError(f"[learning] max_silence_s: must be < tau_max ({learning.tau_max:g})"
+                          f", got {learning.max_silence_s:g}")
     task: TaskConfig | None = parts.get("task")
     if task is not None:
         if task.node_index >= task.node_count:

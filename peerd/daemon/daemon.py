@@ -34,7 +34,7 @@ import torch
 import trio
 
 from peerd.control.metrics import StatusMetrics, start_metrics_server
-from peerd.control.server import ControlServer
+from peerd.control.server import ControlServer, Operations
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import Status
 from peerd.core.entry import CacheItem, Schema
@@ -44,8 +44,8 @@ from peerd.daemon.config import Config
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
 from peerd.learn.tasks import Task, load_task
 from peerd.learn.trainer import RoundInput, RoundOutput, drift_to, run_round
-from peerd.net.discovery import PeerHint, open_discovery
-from peerd.net.gossip import SessionContext, run_session
+from peerd.net.discovery import Discovery, PeerHint, open_discovery
+from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
 from peerd.net.transport import (
     Stream,
     Transport,
@@ -61,7 +61,7 @@ from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.limits import PROTOCOL_VERSION
 from peerd.protocol.manifest import Manifest, accept_manifest, decode_manifest_file
-from peerd.store import fleetdir, persist, spool
+from peerd.store import fleetdir, ledgerfile, persist, spool
 from peerd.store.keyfile import NODE_KEY_FILE, read_private_key
 from peerd.store.statedir import Counters, StateDir
 
@@ -185,16 +185,22 @@ class Daemon:
             manifest_envelope=None if envelope is None else envelope.envelope,
         )
         self.metrics = Metrics()
-        self.peers = PeerTable(self.node.id)
+        self.peers = PeerTable(self.node.id, rng=random.Random())  # backoff jitter
+        self._discovery: Discovery | None = None  # set while mDNS runs
         self.transport: Transport | None = None  # set while the libp2p host is up
         self._config_status = cfg.status_config()
         self._written: set[str] = set()
         self._persist_lock = threading.Lock()
+        self._ledger = ledgerfile.Saver(self.state)
         self._wake_gossip = trio.Event()
+        #: Peers that moved to other addresses: their connection may run over an address
+        #: that is gone (TCP notices after minutes), so the next dial starts afresh.
+        self._moved: set[str] = set()
         self.listen_addrs: list[str] = []
         self.ready = trio.Event()
         self._metrics: StatusMetrics | None = None
-        self._receive_slots = trio.Semaphore(cfg.network.max_concurrent_receives)
+        # Peers take turns at the slots: one member's 8 streams queue once, not 8 times.
+        self._receive_slots = ReceiveSlots(cfg.network.max_concurrent_receives)
         #: The model equals the published entry's tensors bit for bit (see RoundInput).
         self._model_is_published = False
         self._restore()
@@ -203,6 +209,12 @@ class Daemon:
     def _restore(self) -> None:
         counters = self.state.load_counters()
         restored = persist.restore(self.state, self.node, now=self.now())
+        stored = ledgerfile.load(self.state)  # after the entries: see NodeState.restore_ledger
+        if stored is not None:
+            self.node.restore_ledger(stored)
+        if self.node.ledger.flagged:
+            log.warning("origins flagged for equivocation (`peerd flags clear ORIGIN` accepts "
+                        "one again): %s", ", ".join(sorted(self.node.ledger.flagged)))
         own = self.node.own
         version = counters.version
         if own is not None:
@@ -215,6 +227,8 @@ class Daemon:
             log.error("counters were corrupt; resuming after the highest version found")
         self.node.round = counters.round
         self.metrics.round, self.metrics.version = counters.round, version
+        # Versions of ours known: a peer's copy of one is only fetched back when newer.
+        self.node.own_max_version_seen = max(self.node.own_max_version_seen, version)
         self._written = {f"{i.meta.origin}@{i.meta.version}" for i in self.node.cache}
         log.info("node %s: round %d, version %d, own entry %s, %d cached entries restored "
                  "(%d refused)", self.node.id, counters.round, version,
@@ -228,6 +242,23 @@ class Daemon:
         with self._persist_lock:
             self._written = persist.save_cache(self.state, self.node, self._written)
 
+    async def _save_ledger(self) -> None:
+        """Persist the ledger if it changed: snapshot here, on the loop thread (the only one
+        that touches the ledger), written from a worker."""
+        view = self.node.ledger.view()
+        if self._ledger.stale(view):
+            await trio.to_thread.run_sync(self._ledger.save, view)
+
+    def _clear_flag(self, origin: str) -> bool:
+        """The control socket's ``clear_flag`` (loop thread): written before the operator is
+        answered, so a restart right after keeps the flag cleared (one small fsync)."""
+        if not self.node.ledger.clear_flag(origin):
+            return False
+        self._ledger.save(self.node.ledger.view())
+        self.state.audit("flag_cleared", origin=origin)
+        log.warning("equivocation flag of %s cleared by the operator", origin)
+        return True
+
     # ------------------------------------------------------------------ rounds
     async def _round(self) -> None:
         node, learning = self.node, self.cfg.learning
@@ -240,10 +271,14 @@ class Daemon:
         # nothing here keeps a reference that would pin a superseded entry during training.
         meta_only = tuple(CacheItem(i.meta, i.received_from, i.received_at, verified=i.verified)
                           for i in node.cache)
+        # Peers age our entry by its created_at: past max_silence the round republishes it
+        # even below ε (core.drift.should_publish), so a quiet node never expires at peers.
+        silent_for = math.inf if node.own is None else now - node.own.entry.meta.created_at
         inp = RoundInput(own_id=node.id, cache=meta_only, peers=node.blend_inputs(), clock=clock,
                          policy=learning.alpha_policy, steps=learning.local_steps,
                          batch_size=learning.batch_size, lr=learning.lr, rho=learning.rho,
-                         seed=seed, epsilon=learning.epsilon,
+                         seed=seed, epsilon=learning.epsilon, silent_for_s=silent_for,
+                         max_silence_s=learning.silence_limit_s,
                          published=self.metrics.published_params,
                          model_is_published=self._model_is_published,
                          keep_anchor=lambda x: spool.spill(x, self.state.blobs))
@@ -267,6 +302,9 @@ class Daemon:
         m.drift = await trio.to_thread.run_sync(drifts)
         node.round += 1
         if out.publish:
+            if learning.epsilon > 0 and out.moved <= learning.epsilon:
+                log.info("republishing: %.0f s since the last entry (drift %.3g <= epsilon)",
+                         silent_for, out.moved)
             # Never reuse a version: skip past anything of ours a peer relayed back, and
             # persist the counter before the entry can leave this process.
             version = max(m.version, node.own_max_version_seen) + 1
@@ -311,6 +349,8 @@ class Daemon:
         def adopted(m: msg.ManifestMessage) -> None:
             persist.save_manifest(self.state, m)
             self.state.audit("manifest", seq=self.node.manifest.seq)
+            if self._discovery is not None:  # records of newly admitted nodes count now
+                self._discovery.recheck()
 
         return SessionContext(admin_key=self.cfg.fleet.admin_public_key, now=self.now,
                               on_manifest=adopted,
@@ -318,15 +358,19 @@ class Daemon:
                               spool_dir=self.state.blobs)
 
     async def _session(self, stream: Stream, peer_id: str, initiator: bool) -> None:
-        peer = self.peers.begin_session(peer_id, self.now())
+        # A known peer is reserved (not dialled meanwhile); one that dialled us unannounced
+        # enters the table only once this session proved it a member: never a stranger.
+        known = self.peers.begin_session(peer_id)
         try:
             with trio.move_on_after(SESSION_TIMEOUT_S) as scope:
                 result = await run_session(stream, self.node, self._session_ctx(),
                                            peer_id=peer_id, initiator=initiator)
+            now = self.now()
             if scope.cancelled_caught:
-                PeerTable.failed(peer, "session timed out")
+                if known is not None:
+                    self.peers.failed(known, "session timed out", now)
                 return
-            PeerTable.completed(peer, self.now(), ", ".join(result.refused) or None)
+            self._session_outcome(known, peer_id, now, ", ".join(result.refused) or None)
             self.node.release()  # pages the sends and verifications read
             if result.received:
                 await trio.to_thread.run_sync(self._persist)
@@ -334,18 +378,63 @@ class Daemon:
                 log.info("received %d entries from %s", result.received, peer_id[-8:])
             for reason, n in result.refused.items():
                 self.state.audit("refused", peer=peer_id, reason=reason, count=n)
+            await self._save_ledger()  # what was accepted or flagged must survive a restart
         finally:
-            PeerTable.release(peer)
+            if known is not None:
+                PeerTable.release(known)
+
+    def _session_outcome(self, known: Peer | None, peer_id: str, now: float,
+                         refused: str | None) -> None:
+        """Record a session that ran to its end: with a member, a sign of life (the backoff
+        starts over); with anyone else, a refusal (backed off; forgotten unless static,
+        once we hold a signed manifest to judge by)."""
+        refusal = self._member_refusal(peer_id)
+        if refusal is None:
+            peer = known if known is not None else self.peers.add_inbound(peer_id, now)
+            if peer is not None:
+                PeerTable.completed(peer, now, refused)
+        elif known is not None:
+            self.peers.failed(known, f"refused: {refusal}", now)
+            if known.source != "static" and self.node.manifest_envelope is not None:
+                self.peers.forget(peer_id)
+
+    def _member_refusal(self, peer_id: str) -> str | None:
+        """None for an active member under our manifest, else why not (not_member, revoked,
+        expired)."""
+        try:
+            self.node.manifest.check_member(peer_id, self.now())
+        except ProtocolError as exc:
+            return str(exc.reason)
+        return None
+
+    def _admits(self, peer_id: str) -> bool:
+        """The transport's admission (mend 8): only active members hold a connection they
+        opened; anyone else gets one session on probation at most (a newcomer brings the
+        manifest that admits it), or is closed right after the handshake."""
+        return self._member_refusal(peer_id) is None
+
+    def _may_be_member(self, node_id: str) -> bool:
+        """Discovery's filter: an mDNS record of a non-member is ignored. Without a signed
+        manifest nobody can be judged yet, so every record counts until one arrives."""
+        return self.node.manifest_envelope is None or self._member_refusal(node_id) is None
+
+    def _refused_connection(self, peer_id: str) -> None:
+        """A connection closed by the transport without a session: counted under the reason
+        (no audit line: outsiders could flood the audit log with them)."""
+        self.node.reject(self._member_refusal(peer_id) or "not_member")
 
     async def _inbound(self, stream: Stream) -> None:
         await self._session(stream, stream.peer_id, initiator=False)
 
     async def _dial(self, transport: Transport, peer: Peer) -> None:
+        if peer.id in self._moved:
+            self._moved.discard(peer.id)
+            await transport.disconnect(peer.id)
         try:
             async with transport.open_stream(peer.id, peer.addrs) as stream:
                 await self._session(stream, peer.id, initiator=True)
         except (TransportError, OSError) as exc:
-            PeerTable.failed(peer, str(exc))
+            self.peers.failed(peer, str(exc), self.now())  # unreachable: backed off
             log.debug("gossip with %s failed: %s", peer.id[-8:], exc)
 
     async def _gossip_loop(self, transport: Transport, nursery: trio.Nursery) -> None:
@@ -363,9 +452,19 @@ class Daemon:
             PeerTable.release(peer)
 
     def _on_peer(self, hint: PeerHint) -> None:
+        known = self.peers.get(hint.node_id)
+        if known is not None and not set(known.addrs) <= set(hint.multiaddrs):
+            log.info("%s moved to %s", hint.node_id[-8:], ", ".join(hint.multiaddrs))
+            self._moved.add(hint.node_id)
+            self._wake_gossip.set()
+        # Discovery passes members only (_may_be_member); the table is bounded besides.
         if self.peers.on_hint(hint.node_id, hint.multiaddrs, self.now()):
             log.info("discovered %s at %s", hint.node_id[-8:], ", ".join(hint.multiaddrs))
             self._wake_gossip.set()
+
+    def _on_peer_lost(self, node_id: str) -> None:
+        if self.peers.on_lost(node_id):
+            log.info("%s said goodbye over mDNS", node_id[-8:])
 
     # ------------------------------------------------------------------ run
     async def run(self) -> None:
@@ -391,11 +490,13 @@ class Daemon:
                  rate / 1e6, burst / 1e6)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._signals, nursery.cancel_scope)
-            async with open_transport(self.key, self._inbound, tcfg) as transport:
+            async with open_transport(self.key, self._inbound, tcfg, admit=self._admits,
+                                      on_refused=self._refused_connection) as transport:
                 self.transport = transport
                 self.listen_addrs = list(transport.listen_addrs)
                 log.info("listening on %s as %s", ", ".join(self.listen_addrs), self.node.id)
-                server = await ControlServer.open(cfg.node.socket, self.status,
+                server = await ControlServer.open(cfg.node.socket,
+                                                  Operations(self.status, self._clear_flag),
                                                   group=cfg.node.socket_group)
                 nursery.start_soon(server.serve)
                 self.peers.add_static(cfg.network.static_peers, self.now())
@@ -405,8 +506,13 @@ class Daemon:
                         node_id=self.node.id, fleet_id=cfg.fleet.fleet_id.hex(),
                         port=transport.port, on_peer=self._on_peer,
                         protocol_version=PROTOCOL_VERSION, interfaces=interfaces,
-                    ):
-                        await self._serve(transport)
+                        on_peer_lost=self._on_peer_lost, is_member=self._may_be_member,
+                    ) as discovery:
+                        self._discovery = discovery
+                        try:
+                            await self._serve(transport)
+                        finally:
+                            self._discovery = None
                 else:
                     await self._serve(transport)
 
@@ -432,9 +538,14 @@ class Daemon:
         link = NO_TRANSPORT
         if t is not None:
             bytes_in, bytes_out = t.byte_totals()
-            link = TransportSnapshot(connected=frozenset(t.connected_peers()),
+            # A stranger's connection (closed at once, or on probation) is not listed.
+            connected = frozenset(p for p in t.connected_peers()
+                                  if p in self.peers or self._admits(p))
+            link = TransportSnapshot(connected=connected,
                                      peers=t.peer_stats(), bytes_in=bytes_in,
                                      bytes_out=bytes_out)
         return build_status(node=self.node, numbers=self.metrics, peers=self.peers,
                             transport=link, config=self._config_status,
-                            listen=self.listen_addrs, now=self.now())
+                            # Read live: concrete addresses that follow the host's.
+                            listen=self.listen_addrs if t is None else t.listen_addrs,
+                            now=self.now())

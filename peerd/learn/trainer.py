@@ -46,8 +46,12 @@ class RoundInput:
     lr: float
     rho: float
     seed: int  # per-round batch order: derived from the node id and round by the caller
-    #: Publish only if the trained model moved more than ε from ``published`` (0: always).
+    #: Publish only if the trained model moved more than ε from ``published`` (0: always)...
     epsilon: float = 0.0
+    #: ... or ``published`` is ``max_silence_s`` old: seconds since it was created, and the
+    #: limit (inf: none). A quiet node republishes so that peers never age it out.
+    silent_for_s: float = 0.0
+    max_silence_s: float = math.inf
     #: The own last published entry's tensors (None: nothing published yet). The drift that
     #: decides publishing is measured from them.
     published: Mapping[str, torch.Tensor] | None = None
@@ -115,7 +119,8 @@ def drift_to(params: Mapping[str, torch.Tensor], entries: Sequence[Entry]) -> di
 
 def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     """The daemon's round through :func:`peerd.core.round.cached_dfl_round`: x̄ = blend(own,
-    cache) in place; K proximal steps from x̄; evaluate; publish if it moved more than ε."""
+    cache) in place; K proximal steps from x̄; evaluate; publish if it moved more than ε or
+    its last entry is ``max_silence_s`` old."""
     data = task.data()  # re-read every round: local data may have grown
     n = len(data.y_train)
     own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
@@ -131,7 +136,8 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     outcome = cached_dfl_round(
         [RoundAgent(own_meta, inp.cache, published=inp.model_is_published)],
         clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops,
-        rule=PublishRule(inp.epsilon, moved))
+        rule=PublishRule(inp.epsilon, moved, silent_for=(inp.silent_for_s,),
+                         max_silence=inp.max_silence_s))
     (plan,), trained = outcome.plans, outcome.trained
     assert outcome.drift is not None  # a rule was given
     # Evaluated in training-sized batches: no activation buffer larger than a step's.

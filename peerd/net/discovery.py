@@ -8,15 +8,23 @@ callback running in the trio thread.
 Discovery is only a hint: anyone on the LAN can publish any TXT record. The transport's
 Noise handshake proves the node id, the fleet manifest proves membership. Records from the
 network are therefore parsed as hostile input: anything malformed is dropped and counted
-in :attr:`Discovery.rejected`, never raised. It must not dial or keep a peer list: hints
-go to the caller's callback, and the daemon's :mod:`peerd.node.peers` table decides whom to dial.
+in :attr:`Discovery.rejected`, never raised. A record whose id the caller's ``is_member``
+refuses is ignored too (``not_member``), before it takes one of the tracked names, so a
+LAN full of made-up ids cannot crowd out a member; :meth:`Discovery.recheck` looks at
+those records again once the membership changed. A goodbye (or an expired record) is
+passed on to ``on_peer_lost``. It must not dial or keep a peer list: hints go to the
+caller's callbacks, and the daemon's :mod:`peerd.node.peers` table decides whom to dial.
 
 zeroconf runs its own asyncio loop in a thread; its browser callbacks run in yet another
 thread, and hop into trio with ``trio.from_thread.run_sync(..., trio_token=...)``.
+
+The advertised addresses follow the host's while discovery runs (:mod:`peerd.net.announce`),
+so peers stop dialling a dead address without waiting for a restart.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import string
 import threading
@@ -38,6 +46,9 @@ from zeroconf import (
     ServiceStateChange,
     Zeroconf,
 )
+
+from peerd.net.addrs import ADDRESS_POLL_S, host_ips
+from peerd.net.announce import follow_addresses
 
 logger = logging.getLogger(__name__)
 
@@ -176,16 +187,26 @@ def resolve_interfaces(interfaces: Sequence[str]) -> list[str]:
         if not found:
             raise DiscoveryError(f"interface {item!r} has no IPv4 address")
         addrs.extend(found)
-    return addrs
+    return list(dict.fromkeys(addrs))
 
 
-def _default_addresses() -> list[str]:
-    ips = [str(ip.ip) for a in ifaddr.get_adapters() for ip in a.ips if ip.is_IPv4]
-    lan = [ip for ip in ips if not ip.startswith("127.")]
-    return lan or ips
+def _published(interfaces: Sequence[str] | None) -> list[str]:
+    """The IPv4 addresses to advertise now: the named interfaces' (their addresses are read
+    again each time) or, for all interfaces, the host's non-loopback ones."""
+    return resolve_interfaces(interfaces) if interfaces else list(host_ips(4))
+
+
+def _published_now(interfaces: Sequence[str] | None) -> list[str]:
+    try:
+        return _published(interfaces)
+    except DiscoveryError:  # a named interface gone or without an address for now
+        return []
 
 
 PeerCallback = Callable[[PeerHint], None]
+LostCallback = Callable[[str], None]
+#: Whether a node id may be a member; runs in the trio thread (it reads the node's manifest).
+MemberCheck = Callable[[str], bool]
 
 
 class Discovery:
@@ -198,14 +219,29 @@ class Discovery:
         fleet_id: str,
         on_peer: PeerCallback,
         trio_token: trio.lowlevel.TrioToken,
+        on_peer_lost: LostCallback | None = None,
+        is_member: MemberCheck | None = None,
     ) -> None:
         self.node_id = node_id
         self.fleet_id = fleet_id
         self._on_peer = on_peer
+        self._on_peer_lost = on_peer_lost
+        self._is_member = is_member
         self._token = trio_token
-        self._lock = threading.Lock()  # counters and _names are touched from two threads
+        self._lock = threading.Lock()  # counters and the name maps are touched from threads
         self.rejected: Counter[str] = Counter()
-        self._names: set[str] = set()  # service names of the fleet's records we track
+        #: Service names of the fleet's records we track -> the node id each one reported.
+        self._names: dict[str, str] = {}
+        #: Names ignored as not_member, oldest first, for recheck(); as bounded as _names.
+        self._ignored: dict[str, None] = {}
+        self._zc: Zeroconf | None = None  # set once running (recheck resolves through it)
+        #: The addresses in our A records now, and how often they were announced afresh.
+        self.advertised: tuple[str, ...] = ()
+        self.reannounced = 0
+
+    def _readvertised(self, addresses: tuple[str, ...]) -> None:
+        self.advertised = addresses
+        self.reannounced += 1
 
     def _count(self, reason: str) -> None:
         with self._lock:
@@ -222,10 +258,13 @@ class Discovery:
     ) -> None:
         try:
             if state_change is ServiceStateChange.Removed:
-                # Goodbye or expiry: the slot is free again. Nobody is told: a peer that
-                # left is found out by the dial that fails (hints are never trusted anyway).
+                # Goodbye or expiry: the slot is free again, and the caller forgets the peer
+                # rather than dialling a dead address until it ages out.
                 with self._lock:
-                    self._names.discard(name)
+                    self._ignored.pop(name, None)
+                    lost = self._untrack(name)
+                if lost is not None:
+                    self._to_trio(self._lost, lost)
                 return
             self._resolve(zeroconf, service_type, name, 0)
         except Exception:
@@ -273,15 +312,82 @@ class Discovery:
         if not addresses:
             self._count("no_address")
             return
+        if not self._member(fields.node_id):
+            with self._lock:
+                self.rejected["not_member"] += 1
+                self._ignored.pop(name, None)  # re-inserted as the newest
+                self._ignored[name] = None
+                while len(self._ignored) > MAX_TRACKED_SERVICES:
+                    del self._ignored[next(iter(self._ignored))]
+                # A tracked record that now names a non-member (revoked, or re-registered
+                # under another id) is a peer lost.
+                lost = self._untrack(name)
+            if lost is not None:
+                self._to_trio(self._lost, lost)
+            return
         with self._lock:
             if name not in self._names and len(self._names) >= MAX_TRACKED_SERVICES:
                 self.rejected["too_many_services"] += 1
                 return
-            self._names.add(name)
+            self._ignored.pop(name, None)
+            before = self._names.get(name)
+            self._names[name] = fields.node_id
+            lost = self._untrack_id(before) if before not in (None, fields.node_id) else None
+        if lost is not None:
+            self._to_trio(self._lost, lost)
         hint = PeerHint(
             fields.node_id, fields.fleet_id, fields.protocol_version, addresses, fields.port
         )
         self._to_trio(self._on_peer, hint)
+
+    def _untrack(self, name: str) -> str | None:
+        """Forget ``name`` (lock held); the node id it reported if no other tracked name
+        still reports it: a record that copies a member's id and then says goodbye does
+        not make us forget the member."""
+        return self._untrack_id(self._names.pop(name, None))
+
+    def _untrack_id(self, node_id: str | None) -> str | None:
+        if node_id is None or node_id in self._names.values():
+            return None
+        return node_id
+
+    def _lost(self, node_id: str) -> None:
+        if self._on_peer_lost is not None:
+            self._on_peer_lost(node_id)
+
+    def _member(self, node_id: str) -> bool:
+        """``is_member`` asked in the trio thread (False once trio is gone)."""
+        if self._is_member is None:
+            return True
+        try:
+            return bool(trio.from_thread.run_sync(self._is_member, node_id,
+                                                  trio_token=self._token))
+        except trio.RunFinishedError:
+            return False  # shutting down
+
+    def recheck(self) -> None:
+        """The membership changed (a newer manifest): resolve the records ignored as
+        ``not_member`` again, so a newly admitted node is found without waiting for its
+        record to change. In a thread of its own, one record after another (from
+        zeroconf's cache, so mostly without a query)."""
+        zc = self._zc
+        with self._lock:
+            names = list(self._ignored)
+        if zc is None or not names:
+            return
+        thread = threading.Thread(target=self._recheck, args=(zc, names),
+                                  name="peerd-mdns-recheck", daemon=True)
+        thread.start()
+
+    def _recheck(self, zc: Zeroconf, names: list[str]) -> None:
+        for name in names:
+            try:
+                info = zc.get_service_info(SERVICE_TYPE, name, timeout=RESOLVE_TIMEOUT_MS)
+            except Exception:  # zeroconf closed meanwhile: nothing left to do
+                logger.debug("rechecking %r failed", name, exc_info=True)
+                return
+            if info is not None:
+                self.handle_info(name, info)
 
     def _to_trio(self, fn: Callable[[_T], None], arg: _T) -> None:
         try:
@@ -299,15 +405,11 @@ def _start(
     protocol_version: int,
     interfaces: Sequence[str] | None,
     discovery: Discovery,
-) -> tuple[Zeroconf, ServiceBrowser]:
+) -> tuple[Zeroconf, ServiceBrowser, ServiceInfo]:
     # Blocking: runs in a worker thread.
-    if interfaces:
-        bind = resolve_interfaces(interfaces)
-        choice: list[str | int] | InterfaceChoice = list(bind)
-        published = bind
-    else:
-        choice = InterfaceChoice.All
-        published = _default_addresses()
+    published = _published(interfaces)
+    choice: list[str | int] | InterfaceChoice = (
+        list(published) if interfaces else InterfaceChoice.All)
     zc = Zeroconf(interfaces=choice, ip_version=IPVersion.V4Only, use_asyncio=False)
     try:
         info = ServiceInfo(
@@ -325,7 +427,7 @@ def _start(
     except BaseException:
         zc.close()
         raise
-    return zc, browser
+    return zc, browser, info
 
 
 def _stop(zc: Zeroconf, browser: ServiceBrowser) -> None:
@@ -347,12 +449,18 @@ async def open_discovery(
     on_peer: PeerCallback,
     protocol_version: int,
     interfaces: Sequence[str] | None = None,
+    address_poll_s: float = ADDRESS_POLL_S,
+    on_peer_lost: LostCallback | None = None,
+    is_member: MemberCheck | None = None,
 ) -> AsyncIterator[Discovery]:
     """Advertise this node and browse for fleet peers until the block exits.
 
     ``interfaces``: names (``eth0``) or IPv4 addresses to bind and publish; ``None`` means
     all interfaces (publishing the non-loopback IPv4 addresses). ``on_peer`` runs in the
-    trio thread for every valid record of our fleet (again when a record changes).
+    trio thread for every valid record of our fleet (again when a record changes) whose id
+    ``is_member`` accepts (None: every id); ``on_peer_lost`` with the node id when its
+    record says goodbye or expires (or names a non-member now). Every
+    ``address_poll_s`` the published addresses are read again and re-announced on change.
     On exit goodbye packets are sent and zeroconf is closed.
     """
     build_txt(node_id, fleet_id, port, protocol_version)  # fail fast on our own bad values
@@ -361,17 +469,29 @@ async def open_discovery(
         fleet_id=fleet_id,
         on_peer=on_peer,
         trio_token=trio.lowlevel.current_trio_token(),
+        on_peer_lost=on_peer_lost,
+        is_member=is_member,
     )
     try:
         # Not abandoned on cancel: an abandoned start would leave sockets and threads
         # behind. zeroconf bounds registration itself (EventLoopBlocked after ~3 s).
-        zc, browser = await trio.to_thread.run_sync(
+        zc, browser, info = await trio.to_thread.run_sync(
             _start, node_id, fleet_id, port, protocol_version, interfaces, discovery
         )
     except (OSError, EventLoopBlocked, NonUniqueNameException) as e:
         raise DiscoveryError(f"zeroconf could not start: {e!r}") from e
+    discovery._zc = zc
+    discovery.advertised = tuple(info.parsed_addresses())
     try:
-        yield discovery
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(
+                follow_addresses, zc, info, published=lambda: _published_now(interfaces),
+                all_interfaces=not interfaces, on_change=discovery._readvertised,
+                poll_s=address_poll_s))
+            try:
+                yield discovery
+            finally:
+                nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(STOP_TIMEOUT_S) as scope:
             # The trio-typing stubs that py-libp2p pulls in predate abandon_on_cancel.

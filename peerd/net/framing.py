@@ -9,8 +9,9 @@ The frame format is not defined here: the 4-byte length prefix is written by
 :func:`peerd.protocol.frames.frame_header` and read by
 :func:`peerd.protocol.frames.parse_frame_header`, which checks it against the caller's limit
 before any of the body is read. This module owns only the streaming around it: deadlines,
-bounded reads (memory grows only with the bytes that actually arrive), sinks and vectored
-writes that never join a large frame. It must not interpret frame bodies (that is
+a minimum rate for frames that hold a shared receive slot (:class:`RateFloor`), bounded
+reads (memory grows only with the bytes that actually arrive), sinks and vectored writes
+that never join a large frame. It must not interpret frame bodies (that is
 ``peerd.protocol``) nor know the session order (``peerd.protocol.session``).
 """
 
@@ -19,11 +20,14 @@ from __future__ import annotations
 import mmap
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from types import TracebackType
 from typing import Protocol
 
 import trio
 
+from peerd.core.reasons import Reason
 from peerd.protocol import frames
+from peerd.protocol.errors import ProtocolError
 from peerd.protocol.frames import frame_header, parse_frame_header
 from peerd.protocol.limits import FRAME_HEADER_LEN, MAX_FRAME_LEN_CEILING
 
@@ -35,6 +39,15 @@ WRITE_TIMEOUT_S = 30.0
 #: gives each frame a deadline of base + len / rate, which defeats a trickling (slowloris)
 #: peer without failing a 44 MB entry on a slow Wi-Fi link (44 MB at 256 KiB/s ~ 170 s).
 MIN_TRANSFER_RATE_BPS = 256 * 1024
+#: Slowest average rate at which a frame that holds one of the node's shared receive slots
+#: (an entry, see peerd.net.gossip) may arrive, after RECEIVE_GRACE_S. Threat: a member that
+#: trickles (or stalls) an entry keeps every other member waiting for the slot until the frame
+#: deadline above, 30 s + len / rate per stream, and it may open 8 streams. Equal to
+#: MIN_TRANSFER_RATE_BPS, so it cuts no link that the frame deadline lets through.
+MIN_RECEIVE_RATE_BPS = MIN_TRANSFER_RATE_BPS
+#: Credit before that floor applies: the header, TCP slow start, a sender busy for a moment.
+#: A stream that sends nothing holds a slot this long; one at the floor, this + len / rate.
+RECEIVE_GRACE_S = 10.0
 #: Largest single read from the stream; memory for a frame grows only with bytes received.
 READ_CHUNK_LEN = 1024 * 1024
 #: Frames above this are received into their own anonymous mmap (see read_exactly).
@@ -58,6 +71,16 @@ class FrameTooLargeError(TransportError, frames.FrameTooLargeError):
     Both at once: a transport failure (callers that drop a stream on any
     :class:`TransportError` still do) and the protocol's refusal with reason ``too_large``
     (:class:`peerd.protocol.frames.FrameTooLargeError`, a ``ProtocolError``)."""
+
+
+class ReceiveTooSlowError(TransportTimeoutError, ProtocolError):
+    """A frame arrived below the minimum rate (:class:`RateFloor`); it was cut mid-body.
+
+    Both at once: a transport timeout and the protocol's refusal with reason ``too_slow``
+    (counted and audited like any refusal). The stream is desynchronised: reset it."""
+
+    def __init__(self, message: str) -> None:
+        ProtocolError.__init__(self, Reason.TOO_SLOW, message)
 
 
 class FrameSink(Protocol):
@@ -98,6 +121,75 @@ class MemorySink:
 
     def abort(self) -> None:
         self._buf = None
+
+
+class RateFloor:
+    """Cuts a frame read that falls below ``rate_bps`` on average after ``grace_s``.
+
+    ::
+
+        with RateFloor(rate_bps, grace_s, peer) as floor:
+            frame = await io.recv(limit, sink=floor.sink(SpoolWriter(...)))
+
+    Each chunk the sink is given moves the deadline to ``start + grace_s + received /
+    rate_bps``: no polling, and a stream that keeps up never meets it. So a stream that
+    stalls is cut after ``grace_s``, one at half the rate after about ``2 * grace_s``, and no
+    frame of ``n`` bytes holds on for longer than ``grace_s + n / rate_bps``. Leaving the block
+    past the deadline raises :class:`ReceiveTooSlowError`. It counts what reaches the sink,
+    so it needs a reader that writes the body to its sink as it arrives
+    (:meth:`FramedStream.read_exactly` does).
+    """
+
+    def __init__(self, rate_bps: float, grace_s: float, peer: str) -> None:
+        if not rate_bps > 0:
+            raise ValueError(f"rate_bps must be > 0, got {rate_bps}")
+        self._rate, self._grace, self._peer = rate_bps, grace_s, peer
+        self._start = 0.0
+        self._scope = trio.CancelScope()
+        self.received = 0
+
+    def __enter__(self) -> RateFloor:
+        self._start = trio.current_time()
+        self._scope.deadline = self._start + self._grace
+        self._scope.__enter__()
+        return self
+
+    def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        # The scope swallows only its own cancellation, and that becomes our error: nothing
+        # else is ever swallowed here.
+        self._scope.__exit__(etype, exc, tb)
+        if self._scope.cancelled_caught:
+            raise ReceiveTooSlowError(
+                f"{self._peer} sent {self.received} bytes in "
+                f"{trio.current_time() - self._start:.1f} s, below {self._rate:g} B/s "
+                f"after {self._grace:g} s") from None
+
+    def add(self, n: int) -> None:
+        self.received += n
+        self._scope.deadline = self._start + self._grace + self.received / self._rate
+
+    def sink(self, inner: FrameSink) -> FrameSink:
+        """``inner``, counting what it is given against the floor."""
+        return _FloorSink(inner, self)
+
+
+class _FloorSink:
+    def __init__(self, inner: FrameSink, floor: RateFloor) -> None:
+        self._inner, self._floor = inner, floor
+
+    def begin(self, length: int) -> None:
+        self._inner.begin(length)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._inner.write(data)
+        self._floor.add(len(data))
+
+    def finish(self) -> memoryview:
+        return self._inner.finish()
+
+    def abort(self) -> None:
+        self._inner.abort()
 
 
 #: Called with each part's index once that part of a frame has been written.

@@ -9,11 +9,16 @@ session asks, one step at a time, and brings in what needs the node or the event
 - reading and writing frames (``FrameIO``: the transport adds the length prefix and the
   deadlines), the frame limit of each read coming from the session;
 - the node's decisions: our Digest, our Want (a metadata-only cache merge), the manifest
-  (verified against the fleet's admin key and adopted), the peer's membership, what we
-  send (what the peer asked for that we still hold);
+  (verified against the fleet's admin key and adopted), the peer's membership (decided
+  before anything of the fleet goes out, our manifest included), what we send (what the
+  peer asked for that we still hold);
+- deadlines the session implies: a peer that is not a member under our manifest gets
+  :data:`STRANGER_MANIFEST_TIMEOUT_S`, not the transport's read timeout, to send the newer
+  manifest its Hello claimed;
 - memory: each received entry is spooled to disk as it arrives (``SessionContext``), takes
-  one of the shared receive slots, is verified in a worker thread (signature, membership,
-  hash, schema, finite values, norm) and merged on the loop thread; a mapped entry is sent
+  one of the shared receive slots (peers take turns; the entry must keep a minimum rate), is
+  verified in a worker thread (signature, membership, hash, schema, finite values, norm)
+  and merged on the loop thread; a mapped entry is sent
   piece by piece, each piece released once written.
 
 Any :class:`ProtocolError` is counted under its reason, answered with an ``Error`` frame when
@@ -25,20 +30,31 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 import trio
 
 from peerd.core.reasons import Reason
-from peerd.net.framing import AfterPart, FrameSink, FrameTooLargeError
+from peerd.net.framing import (
+    MIN_RECEIVE_RATE_BPS,
+    RECEIVE_GRACE_S,
+    AfterPart,
+    FrameSink,
+    FrameTooLargeError,
+    MemorySink,
+    RateFloor,
+    ReceiveTooSlowError,
+)
 from peerd.node.state import Held, NodeState, verify, wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import entry_frame_limit
 from peerd.protocol.errors import ProtocolError
+from peerd.protocol.ledger import EquivocationError
 from peerd.protocol.manifest import accept_manifest
 from peerd.protocol.session import CheckPeer, Done, Phase, Send, Session
 from peerd.store.spool import MappedFrame, SpoolWriter, send_parts
@@ -47,10 +63,20 @@ log = logging.getLogger(__name__)
 
 #: Capabilities we announce; none are required yet, the field lets future versions negotiate.
 CAPABILITIES = ("entries/v1",)
+#: How long a peer that is not a member under our manifest may take to send the newer
+#: manifest its Hello claimed (then: ``manifest_withheld``). Bounds a stranger that claims a
+#: huge ``manifest_seq`` to hold one of our sessions (a task, a stream) for the transport's
+#: 30 s read timeout while we wait for a manifest it cannot produce. A genuine newcomer,
+#: admitted in a manifest we have not seen yet, sends it right after the Hellos: one control
+#: frame of at most 64 KiB, a quarter of a second at the slowest rate the transport allows.
+STRANGER_MANIFEST_TIMEOUT_S = 5.0
 
 
 class FrameIO(Protocol):
-    """A reliable, ordered stream of frames (the transport adds the length prefix)."""
+    """A reliable, ordered stream of frames (the transport adds the length prefix).
+
+    ``recv`` with a ``sink`` writes the body to it as the bytes arrive: the receive rate floor
+    counts what reaches the sink (peerd.net.framing.RateFloor)."""
 
     async def send(
         self, parts: Sequence[bytes | memoryview], after_part: AfterPart | None = None
@@ -70,6 +96,35 @@ class SessionResult:
     manifest_adopted: int | None = None  # seq adopted from the peer
 
 
+class ReceiveSlots:
+    """The receive slots all sessions share, taken in turn by peer.
+
+    The sessions of one peer wait for a slot one at a time (its other sessions wait behind
+    it on the peer's own lock), so a member with 8 streams queues once, not 8 times, ahead of
+    the others: trio's semaphore and lock are FIFO. With the rate floor that bounds each
+    turn (``SessionContext.min_receive_rate_bps``), one member delays another's entry by at
+    most one turn per slot, not by one turn per stream it opened.
+    """
+
+    def __init__(self, slots: int) -> None:
+        self._slots = trio.Semaphore(slots)
+        self._turns: dict[str, tuple[trio.Lock, int]] = {}  # peer: (its turn, sessions in it)
+
+    @asynccontextmanager
+    async def hold(self, peer: str) -> AsyncIterator[None]:
+        lock, users = self._turns.get(peer, (trio.Lock(), 0))
+        self._turns[peer] = (lock, users + 1)
+        try:
+            async with lock, self._slots:
+                yield
+        finally:
+            lock, users = self._turns[peer]
+            if users == 1:
+                del self._turns[peer]  # the table holds only peers waiting or receiving
+            else:
+                self._turns[peer] = (lock, users - 1)
+
+
 @dataclass(frozen=True, slots=True)
 class SessionContext:
     admin_key: bytes
@@ -79,8 +134,15 @@ class SessionContext:
     #: Shared by all sessions: entries being received at once, each a model-sized frame
     #: (a temporary file with ``spool_dir``, else memory) until it is verified and cached.
     #: Without it, C peers sending at the same time would cost C frames at once and split
-    #: the CPU that verification needs. None = no limit.
-    receive_slots: trio.Semaphore | None = None
+    #: the CPU that verification needs. None = no limit. :class:`ReceiveSlots` (the daemon's)
+    #: also makes peers take turns; a plain semaphore is first come, first served.
+    receive_slots: ReceiveSlots | trio.Semaphore | None = None
+    #: Slowest average rate (bytes/s) at which an entry may arrive once it holds a slot, after
+    #: ``receive_grace_s``; below it the stream is cut (``too_slow``) and the slot freed, so
+    #: a member trickling entries cannot stall everybody's delivery (peerd.net.framing).
+    #: 0 = no floor.
+    min_receive_rate_bps: float = MIN_RECEIVE_RATE_BPS
+    receive_grace_s: float = RECEIVE_GRACE_S
     #: Where received entry frames are written as they arrive (the state directory's
     #: ``blobs/``, see peerd.store.spool); None = into memory.
     spool_dir: Path | None = None
@@ -103,12 +165,13 @@ async def run_session(
     )
     try:
         await _exchange(io, node, ctx, session, result)
-    except FrameTooLargeError as exc:  # before ProtocolError: it is one, with a torn stream
-        # A length prefix above the limit is a refusal like any other (counted, audited by
-        # the caller), not a mere transport failure. The stream is desynchronised (the body
-        # was not read), so no Error frame: reset it where the stream can be reset.
+    except (FrameTooLargeError, ReceiveTooSlowError) as exc:  # ProtocolErrors, torn streams
+        # A length prefix above the limit, or an entry arriving below the minimum rate, is a
+        # refusal like any other (counted, audited by the caller), not a mere transport
+        # failure. The stream is desynchronised (the body was not read, or only part of it),
+        # so no Error frame: reset it where the stream can be reset.
         session.fail(exc)
-        _refused(node, result, Reason.TOO_LARGE)
+        _refused(node, result, exc.reason)
         log.info("session with %s ended: %s", peer_id, exc)
         reset = getattr(io, "reset", None)
         if reset is not None:
@@ -152,10 +215,13 @@ async def _exchange(
             await io.send(session.send(message))
         elif step.phase is Phase.ENTRY:
             await _receive_entry(io, node, ctx, session, step.max_len, result)
-        else:
-            received = session.receive(await io.recv(step.max_len))
+        elif step.phase is Phase.MANIFEST:
+            frame = await _recv_manifest(io, node, ctx, session, step.max_len)
+            received = session.receive(frame)
             if isinstance(received, msg.ManifestMessage):
                 _adopt_manifest(node, ctx, received, result)
+        else:
+            session.receive(await io.recv(step.max_len))
 
 
 def _build(
@@ -177,6 +243,26 @@ def _build(
             for h in outgoing
         ))
     raise AssertionError(f"the session holds the {phase.value} message itself")
+
+
+async def _recv_manifest(
+    io: FrameIO, node: NodeState, ctx: SessionContext, session: Session, limit: int
+) -> bytes | bytearray | memoryview:
+    """The manifest frame the peer's Hello promised. A member under ours gets the transport's
+    read timeout; anyone else must prove its claim within STRANGER_MANIFEST_TIMEOUT_S."""
+    try:
+        node.manifest.check_member(session.peer_id, ctx.now())
+        member = True
+    except ProtocolError:  # a stranger, or a newcomer admitted in the manifest it will send
+        member = False
+    if member:
+        return await io.recv(limit)
+    with trio.move_on_after(STRANGER_MANIFEST_TIMEOUT_S):
+        return await io.recv(limit)
+    raise ProtocolError(
+        Reason.MANIFEST_WITHHELD,
+        f"not a member under manifest {node.manifest.seq}, and no manifest "
+        f"{session.their_hello.manifest_seq} within {STRANGER_MANIFEST_TIMEOUT_S:g} s")
 
 
 def _adopt_manifest(
@@ -207,12 +293,19 @@ async def _send_held(io: FrameIO, session: Session, held: Held) -> None:
 async def read_entry(
     io: FrameIO, limit: int, spool_dir: Path | None,
     decode: Callable[[bytes | bytearray | memoryview], msg.Message] = msg.decode_frame,
+    *, min_rate_bps: float = 0, grace_s: float = RECEIVE_GRACE_S, peer: str = "peer",
 ) -> tuple[msg.Entry, MappedFrame | None]:
     """One entry frame, not yet verified: written to a temporary file in ``spool_dir`` as it
     arrives and mapped (peerd.store.spool), or in memory (no spool, or the disk refused it).
-    A session decodes with its ``receive`` (which also checks that an entry may come now)."""
+    A session decodes with its ``receive`` (which also checks that an entry may come now).
+    With ``min_rate_bps`` the frame must arrive at that average rate after ``grace_s``
+    (:class:`peerd.net.framing.RateFloor`), else :class:`ReceiveTooSlowError`."""
     sink = SpoolWriter(spool_dir) if spool_dir is not None else None
-    frame = await io.recv(limit, sink=sink)
+    if min_rate_bps > 0:
+        with RateFloor(min_rate_bps, grace_s, peer) as floor:
+            frame = await io.recv(limit, sink=floor.sink(sink or MemorySink()))
+    else:
+        frame = await io.recv(limit, sink=sink)
     message = decode(frame)
     del frame  # the message's views keep the buffer alive only while they are needed
     if not isinstance(message, msg.Entry):
@@ -225,20 +318,31 @@ async def _receive_entry(
     result: SessionResult,
 ) -> None:
     # The sender blocks on flow control while we wait for a slot: nothing piles up here.
-    async with ctx.receive_slots or nullcontext():
-        message, mapped = await read_entry(io, limit, ctx.spool_dir, decode=session.receive)
+    slots = ctx.receive_slots
+    slot: AbstractAsyncContextManager[object] = (
+        slots.hold(session.peer_id) if isinstance(slots, ReceiveSlots) else slots or nullcontext())
+    async with slot:
+        message, mapped = await read_entry(
+            io, limit, ctx.spool_dir, decode=session.receive,
+            min_rate_bps=ctx.min_receive_rate_bps, grace_s=ctx.receive_grace_s,
+            peer=session.peer_id)
+        # The worker gets immutable snapshots, taken here on the loop thread: the live
+        # ledger (and manifest) may change meanwhile and are never touched from the worker.
+        check = partial(verify, message, fleet_id=node.fleet_id, manifest=node.manifest,
+                        ledger=node.ledger.view(), schema=node.schema, limits=node.limits,
+                        now=ctx.now(), frame=mapped)
         try:
-            verified = await trio.to_thread.run_sync(lambda m=message, f=mapped: verify(
-                m, fleet_id=node.fleet_id, manifest=node.manifest, ledger=node.ledger,
-                schema=node.schema, limits=node.limits, now=ctx.now(), frame=f))
+            verified = await trio.to_thread.run_sync(check)
         except ProtocolError as exc:
             # One bad entry does not end the session: count it and read the next frame.
+            if isinstance(exc, EquivocationError):
+                node.ledger.flag(exc.origin)  # proven in the worker, flagged on this thread
             _refused(node, result, exc.reason)
             log.info("refused entry from %s via %s: %s", session.announced_entry.origin[:16],
                      session.peer_id[:16], exc)
             return
         finally:
-            del message, mapped  # a refused spooled entry's file goes with its mapping
+            del message, mapped, check  # a refused spooled entry's file goes with its mapping
         meta = verified.entry.meta
         session.check_entry(meta.origin, meta.version)
         reason = node.accept(verified, sender=session.peer_id, now=ctx.now())

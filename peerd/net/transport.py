@@ -21,7 +21,13 @@ section "py-libp2p 0.8.1 defects") are applied here:
    disconnect and every 30 s, undoing deliberate disconnects; it is switched off, because
    whom to dial and when is the gossip layer's policy;
 7. its unhandled log records (ERROR tracebacks on routine disconnects) reach stderr through
-   Python's last-resort handler; they are demoted to DEBUG records of our logger.
+   Python's last-resort handler; they are demoted to DEBUG records of our logger;
+8. its connection limits (256 established inbound) count every authenticated peer alike and
+   nothing ever closes an idle connection, so outsiders holding 256 throw-away keys locked
+   members out: with an ``admit`` predicate (the daemon's: an active member), a connection
+   from anyone else is closed right after the handshake (a few get one session on
+   probation first, for a newcomer bringing the manifest that admits it), and admitted
+   peers bypass the limits (the tracker's bypass hook), so their slots are always there.
 
 Only Noise is offered for security and only Yamux for muxing: py-libp2p's defaults also
 offer plaintext and secio, which a downgrade could select, and mplex (6x slower).
@@ -35,15 +41,16 @@ import os
 import socket
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import cast
 
 import libp2p.network.swarm as _libp2p_swarm
 import multiaddr  # no stubs/py.typed in 0.2.0
 import trio
 from libp2p import new_host
-from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, IMuxedConn, INetConn, INetStream, INetwork, INotifee
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pair
 from libp2p.custom_types import TProtocol
@@ -51,6 +58,7 @@ from libp2p.network.config import ConnectionConfig, RetryConfig
 from libp2p.network.stream.exceptions import StreamEOF, StreamReset
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
+from libp2p.rcmgr import Direction
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
@@ -58,6 +66,8 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 
 # Framing, settings and counters live in libp2p-free modules; what callers use is
 # re-exported ("X as X") so that they keep importing the wire API from this one module.
+from peerd.net.addrs import concrete_addrs
+from peerd.net.admission import Admission, AdmitPeer, Probation
 from peerd.net.framing import FramedStream as FramedStream
 from peerd.net.framing import FrameTooLargeError as FrameTooLargeError
 from peerd.net.framing import StreamClosedError as StreamClosedError
@@ -67,6 +77,7 @@ from peerd.net.framing import read_frame as read_frame
 from peerd.net.framing import write_frame as write_frame
 from peerd.net.framing import write_frame_parts as write_frame_parts
 from peerd.net.transport_config import (
+    CLOSE_REFUSED_TIMEOUT_S,
     DISCONNECT_TIMEOUT_S,
     HOST_CLOSE_TIMEOUT_S,
     MAX_TRACKED_PEERS,
@@ -203,7 +214,11 @@ class _ConnectionEvents(INotifee):
         return None
 
     async def connected(self, network: INetwork, conn: INetConn) -> None:
-        self._t._peer_event(str(conn.muxed_conn.peer_id), connected=True)
+        peer_id = str(conn.muxed_conn.peer_id)
+        self._t._peer_event(peer_id, connected=True)
+        # Only connections it opened: ours were dialled on purpose, the session judges them.
+        if getattr(conn, "direction", None) == Direction.INBOUND:
+            self._t._admission.screen(conn.muxed_conn, peer_id)
 
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
         self._t._peer_event(str(conn.muxed_conn.peer_id), connected=False)
@@ -225,6 +240,8 @@ class Transport:
         config: TransportConfig,
         on_connected: PeerCallback | None = None,
         on_disconnected: PeerCallback | None = None,
+        admit: AdmitPeer | None = None,
+        on_refused: PeerCallback | None = None,
     ) -> None:
         _apply_library_mends()
         key_pair = create_new_key_pair(seed_of(identity))
@@ -247,11 +264,20 @@ class Transport:
             muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
             connection_config=conn_config,
             enable_mDNS=False,  # discovery is ours (peerd.net.discovery), not _p2p._udp
+            # identify must not tell peers to dial /ip4/0.0.0.0: the host's addresses of the
+            # moment instead, read at each identify, so they follow address changes.
+            addrs_factory=_concrete_multiaddrs,
         )
         swarm = self._host.get_network()
         # One retry: the caller (gossip) owns the back-off policy, not the library.
         swarm.retry_config = RetryConfig(max_retries=1)  # type: ignore[attr-defined]
         swarm.auto_connector.maybe_connect = _no_auto_connect  # type: ignore[attr-defined]
+        self._admission = Admission(admit, on_refused,
+                                    max_probation=config.max_probation_connections,
+                                    probation_s=config.probation_s,
+                                    close=self._close_connection)
+        if admit is not None:
+            self._bypass_limits_when_admitted(swarm)
         self._host.set_stream_handler(TProtocol(PROTOCOL_ID), self._on_stream)
         self._host.get_network().register_notifee(_ConnectionEvents(self))
         self._handler = handler
@@ -263,12 +289,54 @@ class Transport:
         self._forgotten_in = self._forgotten_out = 0
         self.peer_id: str = str(self._host.get_id().to_base58())
 
+    # -- admission (mend 8) --
+
+    def _bypass_limits_when_admitted(self, swarm: INetwork) -> None:
+        """Admitted peers skip py-libp2p's established-connection limits (per direction,
+        per peer, total): however many outsiders connect, a member is never refused for
+        want of a slot. Outsiders stay under the limits, and are closed besides."""
+        manager = getattr(swarm, "_resource_manager", None)
+        tracker = getattr(manager, "connection_tracker", None)
+        if tracker is None:  # no resource manager: no limits to bypass
+            return
+        bypassed = tracker.is_bypassed
+
+        def is_bypassed(peer_id: ID) -> bool:
+            return bool(bypassed(peer_id)) or self._admission.admitted(str(peer_id))
+
+        tracker.is_bypassed = is_bypassed
+
+    async def _close_connection(self, conn: Hashable) -> None:
+        """Close one connection (not the peer's others); its limiter slots go with it."""
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_REFUSED_TIMEOUT_S):
+            try:
+                swarm = self._host.get_network()
+                muxed = cast(IMuxedConn, conn)  # what this transport hands Admission.screen
+                for swarm_conn in list(swarm.connections.get(muxed.peer_id, [])):
+                    if swarm_conn.muxed_conn is muxed:
+                        await swarm_conn.close()
+                        return
+                await muxed.close()
+            except Exception as e:  # noqa: BLE001 - a dead connection is no error here
+                logger.debug("closing a refused connection failed: %r", e)
+
+    def probation_count(self) -> int:
+        """Connections of peers not (yet) admitted that are held for one session now."""
+        return self._admission.probation_count()
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections of peers not admitted that were closed without a session."""
+        return self._admission.refused
+
     # -- addresses --
 
     @property
     def listen_addrs(self) -> list[str]:
-        """Bound multiaddrs (without ``/p2p/…``), with the real port when 0 was asked."""
-        return [str(a) for a in self._host.get_transport_addrs()]
+        """Where peers can reach us (without ``/p2p/…``): the bound multiaddrs, with the real
+        port when 0 was asked and a wildcard host (0.0.0.0, ::) replaced by the host's
+        current addresses (:func:`peerd.net.addrs.concrete_addrs`)."""
+        return concrete_addrs([str(a) for a in self._host.get_transport_addrs()])
 
     @property
     def port(self) -> int:
@@ -396,9 +464,14 @@ class Transport:
         # Runs in libp2p's task: anything escaping here would take the whole host down.
         peer_id = "?"
         stats: PeerStats | None = None
+        probation: Probation | None = None
         try:
             peer_id = str(raw.muxed_conn.peer_id)
             stats = self._stats[peer_id]
+            if not self._admission.screen(raw.muxed_conn, peer_id):  # mend 8
+                await Stream(raw, peer_id, stats).reset()
+                return
+            probation = self._admission.session_started(raw.muxed_conn)
             if stats.streams_in >= self._config.max_inbound_streams_per_peer:
                 stats.streams_rejected += 1
                 logger.info("peer %s exceeded %d concurrent streams; resetting", peer_id,
@@ -436,6 +509,7 @@ class Transport:
             await stream.close()
         finally:
             stats.streams_in -= 1
+            Admission.session_ended(probation)  # on probation: admitted by now, or closed
 
     def _peer_event(self, peer_id: str, *, connected: bool) -> None:
         # A late "disconnected" must not resurrect the entry of a peer already forgotten.
@@ -469,6 +543,11 @@ class Transport:
                 await self._host.close()
             except Exception:
                 logger.exception("closing the libp2p host failed")
+
+
+def _concrete_multiaddrs(candidates: list[multiaddr.Multiaddr]) -> list[multiaddr.Multiaddr]:
+    """The addresses libp2p advertises (identify): wildcards made concrete."""
+    return [multiaddr.Multiaddr(a) for a in concrete_addrs([str(c) for c in candidates])]
 
 
 async def _no_auto_connect() -> None:
@@ -532,27 +611,40 @@ async def open_transport(
     *,
     on_connected: PeerCallback | None = None,
     on_disconnected: PeerCallback | None = None,
+    admit: AdmitPeer | None = None,
+    on_refused: PeerCallback | None = None,
 ) -> AsyncIterator[Transport]:
     """Run a host listening on ``config.listen_host:listen_port`` until the block exits.
 
     ``handler`` serves each inbound ``/peerd/cache/1.0.0`` stream; it may raise freely (the
     stream is reset, the host survives). On exit every connection is closed, so remotes
     see the connection end.
+
+    ``admit`` (mend 8): whether an authenticated peer id may hold a connection that it
+    opened (None: anyone). Another's connection is closed right after the handshake, or,
+    while one of ``config.max_probation_connections`` slots is free, after its first
+    session unless that session admitted it (a newcomer brings the manifest listing it).
+    ``on_refused`` is told of each connection closed without a session.
     """
     cfg = config if config is not None else TransportConfig()
     if cfg.listen_port != 0:
         _check_port_free(cfg.listen_host, cfg.listen_port)
-    transport = Transport(identity, handler, cfg, on_connected, on_disconnected)
+    transport = Transport(identity, handler, cfg, on_connected, on_disconnected, admit,
+                          on_refused)
     listen = multiaddr.Multiaddr(tcp_multiaddr(cfg.listen_host, cfg.listen_port))
     try:
         async with transport._host.run([listen]):
             if not transport._host.get_transport_addrs():
                 # network.listen() reports failure (e.g. port in use) only by returning False.
                 raise TransportError(f"could not listen on {listen}")
-            try:
-                yield transport
-            finally:
-                await transport._close()
+            async with trio.open_nursery() as tasks:
+                transport._admission.tasks = tasks  # closes, probation timers (mend 8)
+                try:
+                    yield transport
+                finally:
+                    tasks.cancel_scope.cancel()
+                    transport._admission.tasks = None
+                    await transport._close()
     finally:
         # Also on a failed start: host.run() alone leaks the listener and connections.
         await transport._close()

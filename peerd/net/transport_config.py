@@ -44,6 +44,17 @@ HANDLER_TIMEOUT_S = 600.0
 MAX_INBOUND_STREAMS_PER_PEER = 8
 #: Concurrent outbound streams we open to one peer (keeps our own gossip from piling up).
 MAX_OUTBOUND_STREAMS_PER_PEER = 8
+#: Connections of peers that are not admitted (not members) held at once, each for one
+#: session: a newcomer admitted by a manifest we have not seen yet brings it in its first
+#: session (protocol/session.py). Threat: outsiders holding every inbound slot with
+#: throw-away keys (py-libp2p allows 256); beyond these few, such a connection is closed
+#: right after its handshake.
+MAX_PROBATION_CONNECTIONS = 4
+#: The longest a connection on probation stays open unless its peer gets admitted: Hellos
+#: and a manifest frame (the gossip layer gives a stranger 5 s for the manifest it claims).
+PROBATION_S = 10.0
+#: Closing one refused connection (its streams are reset, the remote gets a GoAway).
+CLOSE_REFUSED_TIMEOUT_S = 5.0
 #: Peers whose counters we keep; identities cost nothing to mint, so entries of peers
 #: that are gone (no connection, no stream) are dropped beyond this, oldest first.
 MAX_TRACKED_PEERS = 4096
@@ -142,6 +153,8 @@ class TransportConfig:
     handler_timeout_s: float = HANDLER_TIMEOUT_S
     dial_timeout_s: float = DIAL_TIMEOUT_S
     max_lifetime_inbound_connections: int = MAX_LIFETIME_INBOUND_CONNECTIONS
+    max_probation_connections: int = MAX_PROBATION_CONNECTIONS
+    probation_s: float = PROBATION_S
     #: Per-peer byte budget, each direction on its own: sustained bytes/s and the most that
     #: may move at once. Bounds what one member (compromised, or just buggy) can make us
     #: receive, hash and verify, or upload to it, over a metered link. None = unlimited.

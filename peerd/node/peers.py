@@ -1,18 +1,24 @@
 """The peer table: which peers a node knows, where they listen, and whom to dial next.
 
-Discovery hints, static peers from the config and peers that dialled us feed it; the gossip
-loop asks it which peers are due for a session (:meth:`PeerTable.due` reserves them, so a peer
-never has two sessions of ours at once) and reports each session's outcome back. Entries
+Discovery hints of members, static peers from the config and members that dialled us feed
+it; the gossip loop asks it which peers are due for a session (:meth:`PeerTable.due` reserves
+them, so a peer never has two sessions of ours at once) and reports each session's outcome
+back. A peer whose dial fails or whose session is refused is retried only after an
+exponential backoff with jitter (:func:`backoff_s`), reset by its next good session. Entries
 unseen for :data:`PEER_FORGET_S` are forgotten, except static ones (discovery re-adds live
-peers). Everything here is a hint: the Noise handshake proves a peer's id and the manifest
-its membership.
+peers); an mDNS goodbye forgets an mDNS peer at once; the table never holds more than
+:data:`MAX_PEERS`. Everything here is a hint: the Noise handshake proves a peer's id and the
+manifest its membership; the caller decides who may enter (members only, see
+``peerd.daemon.daemon``).
 
-Pure: the time is passed in and nothing here does I/O, logs or knows about trio, so every
-rule is tested without sockets. It must not import the transport, discovery or the daemon.
+Pure: the time and the jitter's random source are passed in, nothing here does I/O, logs or
+knows about trio, so every rule is tested without sockets. It must not import the transport,
+discovery or the daemon.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -21,9 +27,29 @@ from typing import Literal
 PEER_FORGET_S = 600.0
 #: The start of a failure's message kept for ``peerd peers`` (exceptions can be long).
 MAX_ERROR_LEN = 200
+#: Peers held at once. Threat: a table fed from the network (mDNS records, inbound dials)
+#: that grows with every fake identity, each dialled every sweep. The daemon lets in only
+#: members (a manifest lists at most 400) and at most 256 static peers, so a fleet never
+#: reaches this; it bounds what a node still without a manifest (it cannot tell members
+#: yet) takes in. When full, the non-static peer seen longest ago makes room.
+MAX_PEERS = 1024
+#: The first retry after a failed dial or a refused session waits about this long; each
+#: further failure doubles it (an unreachable or refused peer is not dialled every sweep).
+BACKOFF_BASE_S = 5.0
+#: The longest wait between two attempts (before jitter): a peer that comes back is tried
+#: again within this, and a refused one costs at most ~12 sessions (audit lines) an hour.
+BACKOFF_MAX_S = 300.0
 
 #: How we learned of a peer: an mDNS record, ``[network] static_peers``, or it dialled us.
 PeerSource = Literal["mdns", "static", "inbound"]
+
+
+def backoff_s(failures: int, rng: random.Random) -> float:
+    """The wait before the next attempt after ``failures`` (>= 1) failures in a row:
+    ``BACKOFF_BASE_S * 2**(failures - 1)`` capped at :data:`BACKOFF_MAX_S`, times a jitter
+    in [0.5, 1] so that peers refused together do not come back together."""
+    delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0 ** min(max(failures, 1) - 1, 32))
+    return delay * rng.uniform(0.5, 1.0)
 
 
 @dataclass(slots=True)
@@ -38,14 +64,23 @@ class Peer:
     in_session: bool = False
     sessions: int = 0  # completed sessions
     last_error: str | None = None
+    #: Failed dials and refused sessions since its last good session (the backoff's exponent).
+    failures: int = 0
+    #: Not dialled before this time (backoff); None: no failure since the last good session.
+    retry_at: float | None = None
 
 
 class PeerTable:
-    """The known peers of the node ``self_id`` (which is never one of them)."""
+    """The known peers of the node ``self_id`` (which is never one of them).
 
-    def __init__(self, self_id: str) -> None:
+    ``rng`` jitters the backoff; by default a generator seeded with ``self_id``, so a node's
+    schedule is reproducible and differs from its neighbours'.
+    """
+
+    def __init__(self, self_id: str, *, rng: random.Random | None = None) -> None:
         self.self_id = self_id
         self._peers: dict[str, Peer] = {}
+        self._rng = rng if rng is not None else random.Random(self_id)
 
     # -------------------------------------------------------------- reading
     def __len__(self) -> int:
@@ -64,18 +99,44 @@ class PeerTable:
         return frozenset(self._peers)
 
     # -------------------------------------------------------------- learning of peers
+    def _make_room(self) -> bool:
+        """Evict the non-static peer seen longest ago (none in a session) if the table is
+        full; False when there is no room (every entry static or in a session)."""
+        if len(self._peers) < MAX_PEERS:
+            return True
+        candidates = [p for p in self._peers.values()
+                      if p.source != "static" and not p.in_session]
+        if not candidates:
+            return False
+        del self._peers[min(candidates, key=lambda p: p.last_seen).id]
+        return True
+
     def on_hint(self, peer_id: str, addrs: Sequence[str], now: float) -> bool:
         """A discovery record for ``peer_id`` at ``addrs``; True when the peer is new."""
         if peer_id == self.self_id:
             return False
         peer = self._peers.get(peer_id)
         if peer is None:
+            if not self._make_room():
+                return False
             self._peers[peer_id] = Peer(peer_id, tuple(addrs), now, "mdns")
             return True
+        if tuple(addrs) != peer.addrs:
+            peer.retry_at = None  # it moved (restarted?): the new address is worth a try now
         peer.addrs, peer.last_seen = tuple(addrs), now
         if peer.source == "inbound":  # it dialled us first; now we know where it lives
             peer.source = "mdns"
         return False
+
+    def on_lost(self, peer_id: str) -> bool:
+        """Discovery heard ``peer_id`` say goodbye (or its record expired): an mDNS peer is
+        forgotten now rather than dialled at a dead address until :data:`PEER_FORGET_S`.
+        Static peers stay, and so does one known from its own dial. True if it was dropped."""
+        peer = self._peers.get(peer_id)
+        if peer is None or peer.source != "mdns":
+            return False
+        del self._peers[peer_id]
+        return True
 
     def add_static(self, multiaddrs: Iterable[str], now: float) -> None:
         """``[network] static_peers``: full multiaddrs ending in ``/p2p/<id>``."""
@@ -83,39 +144,63 @@ class PeerTable:
             head, _, peer_id = addr.rpartition("/p2p/")
             if not peer_id or peer_id == self.self_id:
                 continue
-            self._peers[peer_id] = Peer(peer_id, (head,), now, "static")
+            if peer_id in self._peers or self._make_room():
+                self._peers[peer_id] = Peer(peer_id, (head,), now, "static")
+
+    def add_inbound(self, peer_id: str, now: float) -> Peer | None:
+        """A peer that dialled us and proved its membership in a session (never before: a
+        stranger must not take a place in the table). The known entry if there is one;
+        None if the table has no room."""
+        peer = self._peers.get(peer_id)
+        if peer is not None or peer_id == self.self_id:
+            return peer
+        if not self._make_room():
+            return None
+        peer = self._peers[peer_id] = Peer(peer_id, (), now, "inbound")
+        return peer
+
+    def forget(self, peer_id: str) -> None:
+        self._peers.pop(peer_id, None)
 
     # -------------------------------------------------------------- sessions
     def due(self, now: float) -> list[Peer]:
         """One gossip sweep: forget peers unseen for :data:`PEER_FORGET_S` (static ones
-        stay), and reserve and return every other dialable peer without a session."""
+        stay), and reserve and return every other dialable peer without a session whose
+        backoff has run out."""
         reserved = []
         for peer in list(self._peers.values()):
             if now - peer.last_seen > PEER_FORGET_S and peer.source != "static":
                 del self._peers[peer.id]
-            elif not peer.in_session and peer.addrs:
+            elif not peer.in_session and peer.addrs and (
+                    peer.retry_at is None or now >= peer.retry_at):
                 peer.in_session = True  # reserved until the session ends: see release()
                 reserved.append(peer)
         return reserved
 
-    def begin_session(self, peer_id: str, now: float) -> Peer:
-        """A session with ``peer_id`` starts (ours or one it opened: then it is learned as
-        ``inbound``, without an address to dial)."""
-        peer = self._peers.setdefault(peer_id, Peer(peer_id, (), now, "inbound"))
-        peer.in_session = True
+    def begin_session(self, peer_id: str) -> Peer | None:
+        """A session with ``peer_id`` starts (ours, or one it opened): a known peer is not
+        dialled meanwhile. An unknown one is not entered: see :meth:`add_inbound`."""
+        peer = self._peers.get(peer_id)
+        if peer is not None:
+            peer.in_session = True
         return peer
 
     @staticmethod
     def completed(peer: Peer, now: float, error: str | None = None) -> None:
-        """A session ran to its end; ``error`` names what the peer sent that we refused."""
+        """A session with a member ran to its end; ``error`` names what the peer sent that
+        we refused. It is a sign of life: the backoff starts over."""
         peer.sessions += 1
         peer.last_seen = now
         peer.last_error = error
+        peer.failures, peer.retry_at = 0, None
 
-    @staticmethod
-    def failed(peer: Peer, error: str) -> None:
-        """A dial or session failed (timeout, transport error): shown by ``peerd peers``."""
+    def failed(self, peer: Peer, error: str, now: float) -> None:
+        """A dial or session failed (unreachable, timeout, transport error) or the peer was
+        refused (not a member): shown by ``peerd peers``, and the next dial waits
+        :func:`backoff_s`. A failure is no sign of life (``last_seen`` stays)."""
         peer.last_error = error[:MAX_ERROR_LEN]
+        peer.failures += 1
+        peer.retry_at = now + backoff_s(peer.failures, self._rng)
 
     @staticmethod
     def release(peer: Peer) -> None:

@@ -11,8 +11,10 @@ parts (:func:`verify`, :func:`sign_own`) in worker threads while state changes s
 event-loop thread.
 
 Receiving an entry is two steps so that 44 MB of hashing never blocks the event loop:
-:func:`verify` (thread: signature, membership, payload hash, schema, finite values, norm)
-then :meth:`NodeState.accept` (loop thread: replay/equivocation ledger, τ_max/C merge).
+:func:`verify` (thread: signature, membership, payload hash, schema, finite values, norm,
+checked against an immutable snapshot of the ledger) then :meth:`NodeState.accept` (loop
+thread: the live replay/equivocation/version ledger, τ_max/C merge). The ledger is only ever
+read or changed on the loop thread; a worker gets a :class:`LedgerView`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from peerd.protocol.entry import EntryBody, SignedEntry, sign_entry
 from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import node_id_of
-from peerd.protocol.ledger import OriginLedger
+from peerd.protocol.ledger import LedgerView, OriginLedger, version_limit
 from peerd.protocol.manifest import Manifest
 from peerd.protocol.tensors import TensorIndexItem, decode_tensors
 from peerd.store.spool import MappedFrame, PagedParams
@@ -130,7 +132,7 @@ def verify(
     *,
     fleet_id: bytes,
     manifest: Manifest,
-    ledger: OriginLedger,
+    ledger: LedgerView,
     schema: Schema,
     limits: ValidationLimits,
     now: float,
@@ -139,8 +141,10 @@ def verify(
     """Protocol admission plus core validation; raises :class:`ProtocolError` with a reason.
     The result is the entry as the cache will hold it (:meth:`NodeState.accept`).
 
-    Pure apart from reading ``ledger`` (to skip hashing replays early); safe in a thread as
-    long as nothing mutates the ledger or manifest concurrently (the caller snapshots them).
+    Pure: ``ledger`` is an immutable snapshot (``node.ledger.view()``, taken on the loop
+    thread) consulted to skip hashing replays early; nothing is recorded or flagged here. An
+    equivocation is raised as ``EquivocationError``: the caller flags its origin on the
+    loop thread (``node.ledger.flag``). Safe in a worker thread.
     ``frame``: the payload is a tail of this mapped file's body; it is then read piece by
     piece and tensor by tensor, and its pages are handed back as they are read.
     """
@@ -235,6 +239,12 @@ class NodeState:
 
     def __post_init__(self) -> None:
         self.id = node_id_of(self.key)
+        self.ledger.owner = self.id  # never flagged; its versions bound only absolutely
+
+    def own_high_water(self) -> int:
+        """The highest version of our own origin we know of: published or seen at peers."""
+        own = self.own.entry.meta.version if self.own is not None else -1
+        return max(own, self.own_max_version_seen)
 
     # -------------------------------------------------------------- clocks and digests
     def clock(self, now: float) -> Clock:
@@ -256,27 +266,44 @@ class NodeState:
         """What to ask a peer for: the entries that would survive a merge into our cache.
 
         The merge runs on metadata only, so we never download an entry that is stale, not
-        newer than what we hold, from an unknown origin, or would be evicted at once by C.
+        newer than what we hold, further ahead than time allows, from an unknown origin, or
+        would be evicted at once by C.
+
+        Our own origin is asked for only when the peer holds a version of ours newer than
+        any we know of: we lost our state. The entry is verified against our own key and
+        only raises :attr:`own_max_version_seen` (:meth:`accept`), so that our next publish
+        is newer than anything peers hold of us; the Digest's number alone is never trusted
+        (it is unsigned).
         """
         candidates = []
+        own: msg.DigestItem | None = None
         for item in offered.entries:
-            if item.origin == self.id or item.origin in self.ledger.flagged:
+            if not math.isfinite(item.created_at):
+                continue
+            if item.origin == self.id:
+                best = self.own_high_water() if own is None else own.version
+                if best < item.version <= version_limit(None, item.created_at, owner=True):
+                    own = item
+                continue
+            if item.origin in self.ledger.flagged:
                 continue
             held = self.ledger.held.get(item.origin)
             if held is not None and item.version <= held.version:
                 continue
+            if item.version > version_limit(held, item.created_at):
+                continue  # would be refused as version_too_high: don't fetch it
             try:
                 self.manifest.check_member(item.origin, now)
             except ProtocolError:
                 continue  # don't fetch 44 MB just to reject it as a non-member
-            if not math.isfinite(item.created_at):
-                continue
             meta = EntryMeta(item.origin, item.version, item.created_at, self.schema.id, 1,
                              item.digest.hex())
             candidates.append(CacheItem(meta, None, now))
         result = merge(self.cache, candidates, clock=self.clock(now), tau_max=self.tau_max,
                        capacity=self.capacity, own_origin=self.id)
-        return msg.Want(tuple((i.meta.origin, i.meta.version) for i in result.accepted))
+        # Our own first: it decides whether our next publish reaches anyone at all.
+        mine = () if own is None else ((own.origin, own.version),)
+        return msg.Want(mine + tuple((i.meta.origin, i.meta.version) for i in result.accepted))
 
     def to_send(self, want: msg.Want) -> list[Held]:
         """The wanted entries we still hold, in the order asked (the asker sorts freshest
@@ -287,20 +314,38 @@ class NodeState:
     # -------------------------------------------------------------- state changes
     def set_own(self, entry: Entry, message: msg.Entry, frame: MappedFrame | None = None) -> None:
         self.own = Held(entry, message, frame)
-        self.ledger.record(self.id, entry.meta.version, entry.meta.digest)
+        self.ledger.record(self.id, entry.meta.version, entry.meta.digest, entry.meta.created_at)
 
     def reject(self, reason: Reason | str) -> None:
         (self.dropped if reason in BENIGN else self.rejected)[str(reason)] += 1
+
+    def restore_ledger(self, stored: LedgerView) -> None:
+        """Take in the ledger persisted by the last run (``peerd.store.ledgerfile``): per
+        origin the higher version, flags kept. Called after the own entry and the cache were
+        restored (they are verified against the ledger, and ours may be older than the
+        highest version of ours seen, which becomes the floor of our next one)."""
+        self.ledger.merge(stored)
+        mine = self.ledger.held.get(self.id)
+        if mine is not None:
+            self.own_max_version_seen = max(self.own_max_version_seen, mine.version)
+        if self.manifest_envelope is not None:  # a signed manifest: drop who left the fleet
+            self.ledger.retain(m.node_id for m in self.manifest.members)
 
     def accept(self, verified: Held, *, sender: str, now: float) -> Reason | None:
         """Admit a verified entry into the cache; returns why it was not kept, if it wasn't."""
         meta = verified.entry.meta
         try:
-            self.ledger.check(meta.origin, meta.version, meta.digest)
-        except ProtocolError as exc:
+            self.ledger.check(meta.origin, meta.version, meta.digest, meta.created_at)
+        except ProtocolError as exc:  # an equivocation is flagged by the check itself
             self.reject(exc.reason)
             return exc.reason
-        self.ledger.record(meta.origin, meta.version, meta.digest)
+        self.ledger.record(meta.origin, meta.version, meta.digest, meta.created_at)
+        if meta.origin == self.id:
+            # Ours, fetched back because we had lost it (see wants): the own model is no
+            # cache entry; its version is where our next publish must start above.
+            self.own_max_version_seen = max(self.own_max_version_seen, meta.version)
+            self.reject(Reason.OWN_ORIGIN)
+            return Reason.OWN_ORIGIN
         item = CacheItem(meta, sender, now, payload=verified)
         result = merge(self.cache, [item], clock=self.clock(now), tau_max=self.tau_max,
                        capacity=self.capacity, own_origin=self.id)
@@ -310,8 +355,8 @@ class NodeState:
                 self.reject(reason)
         if result.own_max_version is not None:
             self.own_max_version_seen = max(self.own_max_version_seen, result.own_max_version)
-        if result.equivocations:
-            self.ledger.flagged.update(e.origin for e in result.equivocations)
+        for equivocation in result.equivocations:
+            self.ledger.flag(equivocation.origin)
         if item in result.accepted:
             self.accepted += 1
             return None
@@ -333,6 +378,7 @@ class NodeState:
         """Adopt a newer manifest; evict entries whose origin is no longer an active member."""
         self.manifest = manifest
         self.manifest_envelope = envelope
+        self.ledger.retain(m.node_id for m in manifest.members)  # bounded by the fleet
         keep = []
         for item in self.cache:
             try:

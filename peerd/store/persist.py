@@ -156,7 +156,7 @@ def restore(state: StateDir, node: NodeState, *, now: float) -> Restored:
     if frame is not None:
         try:
             v = verify(_decode_entry(frame, OWN_BLOB), fleet_id=node.fleet_id,
-                       manifest=node.manifest, ledger=node.ledger, schema=node.schema,
+                       manifest=node.manifest, ledger=node.ledger.view(), schema=node.schema,
                        limits=node.limits, now=now, frame=frame)
             if v.entry.meta.origin != node.id:
                 raise ProtocolError(Reason.MALFORMED, "own.entry was signed by another key")
@@ -173,7 +173,7 @@ def restore(state: StateDir, node: NodeState, *, now: float) -> Restored:
             continue
         try:
             v = verify(_decode_entry(frame, name), fleet_id=node.fleet_id,
-                       manifest=node.manifest, ledger=node.ledger, schema=node.schema,
+                       manifest=node.manifest, ledger=node.ledger.view(), schema=node.schema,
                        limits=node.limits, now=now, frame=frame)
         except ProtocolError as exc:
             refused += 1

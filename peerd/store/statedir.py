@@ -13,7 +13,8 @@ Bodies are opaque bytes: the daemon stores signed wire frames (verified again wh
 never pickles. Layout of a state directory (0700, files 0600)::
 
     node.key            identity key (written by peerd.store.keyfile, not here)
-    blobs/NAME          blob store (entry-<origin>, own.entry, manifest, cache.index)
+    blobs/NAME          blob store (entry-<origin>, own.entry, manifest, cache.index,
+                        ledger: peerd.store.ledgerfile)
     counters.a/.b       round and version, two copies (see Counters)
     audit.log[.1-.3]    JSON lines, rotated by size
     quarantine/         corrupt files, kept for inspection, oldest deleted past a bound

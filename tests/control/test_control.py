@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import stat
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,9 @@ import pytest
 
 from peerd.control.server import (
     API_VERSION,
+    MAX_OPEN_CONNECTIONS,
     MAX_REQUEST_LEN,
+    REQUEST_TIMEOUT_S,
     ControlError,
     dispatch,
     request,
@@ -138,6 +142,109 @@ def test_silent_client_does_not_block_others(tmp_path: Path,
             idle.close()
 
 
+def _closed_by_server(socks: list[socket.socket], want: int, within: float) -> int:
+    """How many of ``socks`` the server has closed (they read EOF), waiting until ``want`` of
+    them have or ``within`` seconds pass."""
+    closed: set[socket.socket] = set()
+    deadline = time.monotonic() + within
+    while len(closed) < want and (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([s for s in socks if s not in closed], [], [], left)
+        for s in readable:
+            if s.recv(1) == b"":
+                closed.add(s)
+    return len(closed)
+
+
+def test_a_flood_of_idle_clients_does_not_lock_out_a_genuine_one(tmp_path: Path) -> None:
+    # Issue 12, item 15: 300 local clients connect and say nothing. Before, every one of
+    # them was queued for one of 8 slots and held it up to 5 s, so a genuine `status` waited
+    # behind them all and timed out. Now the oldest idle connections make room for new ones
+    # and a client is read as soon as it is accepted.
+    path = tmp_path / "peerd.sock"
+    idle: list[socket.socket] = []
+    with running_server(path):
+        try:
+            for _ in range(300):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                idle.append(s)
+                s.connect(str(path))  # blocking: waits for the server to accept it
+            start = time.monotonic()
+            assert request(path, "status", timeout=4)["node"]["round"] == 3
+            assert time.monotonic() - start < REQUEST_TIMEOUT_S  # not after the idle ones
+            # And the daemon holds at most MAX_OPEN_CONNECTIONS of them (descriptors).
+            want = len(idle) + 1 - MAX_OPEN_CONNECTIONS
+            assert _closed_by_server(idle, want, within=REQUEST_TIMEOUT_S) >= want
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_a_10_mb_request_gets_the_documented_error_not_a_reset(tmp_path: Path) -> None:
+    # Issue 12, item 15: a client that writes a 10 MB line and only then reads. The server
+    # stops at 4 KiB; it used to close with the rest unread, which resets the connection:
+    # the client's sendall failed with EPIPE and it never saw the error.
+    path = tmp_path / "peerd.sock"
+    with running_server(path), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(path))
+        s.sendall(b'{"api": 1, "method": "' + b"x" * (10 * 1024**2) + b'"}\n')
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    assert json.loads(data) == {
+        "api": API_VERSION, "ok": False,
+        "error": {"code": "too_large", "message": f"request over {MAX_REQUEST_LEN} bytes"}}
+
+
+def test_the_client_waits_out_a_full_backlog(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 12, item 15: with the listen backlog full, connect() on a socket with a timeout
+    # fails at once with EAGAIN; `peerd status` used to report that as an I/O error.
+    path = tmp_path / "fake.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(0)
+    queued: list[socket.socket] = []
+    retrying = threading.Event()
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        retrying.set()  # the client met the full backlog and is about to try again
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+
+    def daemon() -> None:
+        if not retrying.wait(5):
+            return
+        for _ in queued:  # the burst that filled the backlog: accept and drop it
+            srv.accept()[0].close()
+        conn, _ = srv.accept()  # the genuine client, once it tries again
+        conn.recv(100)
+        conn.sendall(b'{"api": 1, "ok": true, "result": {"answered": true}}\n')
+        conn.close()
+
+    try:
+        while True:  # fill the backlog until the kernel refuses
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(str(path))
+            except BlockingIOError:
+                s.close()
+                break
+            queued.append(s)
+        t = threading.Thread(target=daemon)
+        t.start()
+        assert request(path, "status", timeout=5) == {"answered": True}
+        t.join(5)
+        assert retrying.is_set()
+    finally:
+        for s in queued:
+            s.close()
+        srv.close()
+
+
 def test_missing_socket_message(tmp_path: Path) -> None:
     with pytest.raises(ControlError) as err:
         request(tmp_path / "nope.sock", "status")
@@ -185,7 +292,6 @@ def test_timeout_and_bad_response(tmp_path: Path) -> None:
         conn, _ = srv.accept()
         conn.close()
         # A program that is not peerd answers nonsense.
-        import threading
 
         def answer() -> None:
             c, _ = srv.accept()

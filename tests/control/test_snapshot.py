@@ -117,7 +117,8 @@ def test_peers_join_the_table_and_the_transport() -> None:
     table.add_static(["/ip4/10.0.0.3/tcp/4011/p2p/12D3KooWstatic"], NOW - 10.0)
     known = table.get("12D3KooWstatic")
     assert known is not None
-    PeerTable.failed(known, "refused")
+    table.failed(known, "refused", NOW - 1.0)
+    assert known.retry_at is not None
     transport = TransportSnapshot(
         connected=frozenset({"12D3KooWmdns", "12D3KooWdialled"}),
         peers={"12D3KooWmdns": Link(100, 200, 1, NOW - 1.0),
@@ -132,8 +133,22 @@ def test_peers_join_the_table_and_the_transport() -> None:
     assert (static.connected, static.addrs, static.last_error) == (
         False, ("/ip4/10.0.0.3/tcp/4011",), "refused")
     assert (static.bytes_in, static.bytes_out) == (0, 0)
+    # The backoff of the failed peer: one failure, the next dial due in what is left of it.
+    assert (static.failures, static.retry_in_s) == (1, known.retry_at - NOW)
+    assert (mdns.failures, mdns.retry_in_s) == (0, None)
     # Connected but not (yet) in the table: it dialled us between two sweeps.
     assert (dialled.source, dialled.addrs, dialled.last_seen, dialled.sessions) == (
         "inbound", (), NOW - 2.0, 0)
     # Lifetime totals come from the transport, not the sum of the peers listed.
     assert (status.node.bytes_in, status.node.bytes_out) == (1_000, 2_000)
+
+
+def test_a_backoff_that_ran_out_shows_zero_seconds() -> None:
+    n = node(A, manifest(A, B))
+    table = PeerTable(n.id)
+    table.on_hint("12D3KooWpeer", ["/ip4/10.0.0.2/tcp/4011"], NOW - 600.0)
+    peer = table.get("12D3KooWpeer")
+    assert peer is not None
+    table.failed(peer, "connection refused", NOW - 400.0)  # at most 5 s of backoff
+    (row,) = build(n, peers=table).peers
+    assert (row.failures, row.retry_in_s, row.last_error) == (1, 0.0, "connection refused")

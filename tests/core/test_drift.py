@@ -42,3 +42,16 @@ def test_epsilon_zero_always_publishes_and_positive_epsilon_needs_movement() -> 
     assert should_publish(0.11, 0.1)
     with pytest.raises(ValueError, match="epsilon must be finite"):
         should_publish(1.0, -1.0)
+
+
+def test_a_quiet_model_is_republished_after_max_silence() -> None:
+    # Issue 12, item 3: the silence bound applies only below ε, and only once due.
+    assert not should_publish(0.05, 0.1, silent_for=299.0, max_silence=300.0)
+    assert should_publish(0.05, 0.1, silent_for=300.0, max_silence=300.0)
+    assert should_publish(0.05, 0.1, silent_for=-1.0, max_silence=300.0)  # clock stepped back
+    assert not should_publish(0.05, 0.1, silent_for=1e12)  # no limit: silent for ever
+    assert should_publish(0.05, 0.1, silent_for=math.inf, max_silence=300.0)  # never published
+    with pytest.raises(ValueError, match="silence"):
+        should_publish(0.05, 0.1, silent_for=math.nan, max_silence=300.0)
+    with pytest.raises(ValueError, match="silence"):
+        should_publish(0.05, 0.1, silent_for=1.0, max_silence=-1.0)

@@ -136,6 +136,29 @@ def test_publish_only_when_the_model_moved_more_than_epsilon() -> None:
     assert plain.publish == (True,) * 4
 
 
+def test_a_quiet_agent_republishes_once_its_last_entry_is_max_silence_old() -> None:
+    # Issue 12, item 3: below ε an agent used to stay silent forever, and peers dropped its
+    # last entry after τ_max. Agents: moved (publishes anyway), quiet and fresh, quiet and
+    # exactly due, quiet and long overdue, quiet with its last entry in the future (clock
+    # stepped back: that timestamp is wrong either way, so a fresh entry is due).
+    agents = [agent(x) for x in "abcde"]
+    rule: PublishRule[str] = PublishRule(0.5, lambda _: [0.9, 0.1, 0.1, 0.0, 0.1],
+                       silent_for=(10.0, 299.9, 300.0, 5000.0, -60.0), max_silence=300.0)
+    out = cached_dfl_round(agents, clock=Clock.time(1e6), policy=UNIFORM, rho=0.0,
+                           ops=Recorder(), rule=rule)
+    assert out.drift == (0.9, 0.1, 0.1, 0.0, 0.1)  # still measured and reported
+    assert out.publish == (True, False, True, True, True)
+    # Without a limit (the default) a quiet agent stays quiet however long it has been.
+    quiet = cached_dfl_round(agents[:1], clock=Clock.time(1e6), policy=UNIFORM, rho=0.0,
+                             ops=Recorder(), rule=PublishRule(0.5, lambda _: [0.1],
+                                                              silent_for=(1e9,)))
+    assert quiet.publish == (False,)
+    with pytest.raises(ValueError, match="2 silences for 1 agents"):
+        cached_dfl_round(agents[:1], clock=Clock.time(1e6), policy=UNIFORM, rho=0.0,
+                         ops=Recorder(), rule=PublishRule(0.5, lambda _: [0.1],
+                                                          silent_for=(1.0, 2.0)))
+
+
 def test_a_bad_drift_or_a_bad_round_is_refused() -> None:
     me, clock = [agent("a")], Clock.rounds(5)
     with pytest.raises(ValueError, match="NaN"):

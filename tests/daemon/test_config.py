@@ -63,7 +63,7 @@ static_peers = ["/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc"]
 metrics_listen = "127.0.0.1:9464"
 [learning]
 tau_max = 5
-staleness = "rounds"
+staleness = "time"
 capacity = 0
 alpha = "staleness:poly:0.5:examples"
 [validation]
@@ -145,6 +145,42 @@ def test_missing_fleet_section() -> None:
         loads_config({"node": {}})
 
 
+def test_rounds_staleness_is_refused_by_the_daemon_with_a_reason(tmp_path: Path) -> None:
+    # Issue 12, item 2: nodes share no round counter, so an age in rounds (this node's round
+    # minus an origin's version) is meaningless in a daemon; the config used to accept it.
+    bad = write(tmp_path, FLEET + '[learning]\nstaleness = "rounds"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    message = str(err.value)
+    assert message.startswith(f"{bad}: [learning] staleness: ")
+    assert "no round counter" in message
+    assert 'use "time"' in message
+    assert "\n" not in message
+    # `peerd run` stops at start-up: exit 2 and that one line, no traceback.
+    from typer.testing import CliRunner
+
+    from peerd.cli.app import app
+
+    result = CliRunner().invoke(app, ["run", "--config", str(bad)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"peerd: {message}"
+
+
+def test_max_silence_defaults_to_half_tau_max_and_must_stay_below_it() -> None:
+    # Issue 12, item 3: a quiet node (epsilon > 0) republishes after max_silence_s.
+    assert loads_config(doc()).learning.max_silence_s is None
+    assert loads_config(doc()).learning.silence_limit_s == 300.0
+    assert loads_config(doc(learning={"tau_max": 60})).learning.silence_limit_s == 30.0
+    set_ = loads_config(doc(learning={"tau_max": 60, "max_silence_s": 45})).learning
+    assert set_.silence_limit_s == 45.0
+    with pytest.raises(ConfigError, match=r"\[learning\] max_silence_s: must be < tau_max "
+                                          r"\(600\), got 600"):
+        loads_config(doc(learning={"max_silence_s": 600}))
+    with pytest.raises(ConfigError, match=r"\[learning\] max_silence_s: must be a finite "
+                                          r"number > 0"):
+        loads_config(doc(learning={"max_silence_s": 0}))
+
+
 def test_custom_task_spelling_accepted() -> None:
     assert loads_config(doc(task={"name": "mypkg.tasks:make_task"})).task.name == \
         "mypkg.tasks:make_task"
@@ -189,7 +225,8 @@ def test_every_commented_default_is_the_real_default() -> None:
     for line in text.splitlines():
         body = line[2:] if line.startswith("# ") and " = " in line.split("#")[1] else line
         key = body.split("=")[0].strip()
-        if key in ("manifest", "socket_group", "metrics_listen", "csv_glob", "peer_bytes_per_s"):
+        if key in ("manifest", "socket_group", "metrics_listen", "csv_glob", "peer_bytes_per_s",
+                   "max_silence_s"):
             continue  # these are examples of optional settings, not defaults
         lines.append(body.split("  #")[0])
     data = tomllib.loads("\n".join(lines))

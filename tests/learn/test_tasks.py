@@ -171,6 +171,24 @@ def test_the_round_publishes_only_a_model_that_moved_more_than_epsilon(
     assert out.alpha == {"me": 1.0}
 
 
+@pytest.mark.parametrize(("silent_for_s", "publish"), [(100.0, False), (300.0, True)])
+def test_a_quiet_model_is_republished_once_its_entry_is_max_silence_old(
+    silent_for_s: float, publish: bool
+) -> None:
+    # Issue 12, item 3: below ε the daemon's round stayed silent for ever (peers then drop
+    # the node's last entry after τ_max); past max_silence_s it publishes the model anyway.
+    task = Toy()
+    model = task.model()
+    published = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    inp = RoundInput(own_id="me", cache=(), peers=[], clock=Clock.time(1000.0),
+                     policy=AlphaPolicy.parse("uniform"), steps=5, batch_size=4, lr=0.5,
+                     rho=0.0, seed=0, epsilon=1e9, published=published,
+                     model_is_published=True, silent_for_s=silent_for_s, max_silence_s=300.0)
+    out = run_round(model, task, inp)
+    assert out.moved < 1e9  # below ε: only the silence can make it publish
+    assert out.publish is publish
+
+
 @pytest.mark.parametrize("with_peer", [True, False])
 def test_anchor_from_the_published_entry_trains_like_an_anchor_copy(with_peer: bool) -> None:
     # RoundInput.published lets x̄ be the published tensors instead of a copy when the

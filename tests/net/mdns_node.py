@@ -13,6 +13,7 @@ import time
 _T0 = time.monotonic()
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -44,19 +45,25 @@ async def main(args: argparse.Namespace) -> None:
     key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(args.seed))
     found: dict[str, PeerHint] = {}
     exchanged: set[str] = set()
+    #: Peers seen (and, with --dial, reached) at the --expect-address.
+    at_address: set[str] = set()
+    reached_at_address: set[str] = set()
     changed = trio.Event()
 
     async with open_transport(key, echo, TransportConfig(listen_host="0.0.0.0")) as t:
 
-        async def exchange(hint: PeerHint) -> None:
+        async def exchange(hint: PeerHint, via: str | None = None) -> None:
             try:
+                if via is not None:  # this address only, on a connection of its own
+                    await t.disconnect(hint.node_id)
                 async with t.open_stream(hint.node_id, hint.multiaddrs) as s:
                     await write_frame(s, b"hello " + t.peer_id.encode())
                     reply = await read_frame(s, 1024)
                 # s.peer_id is what the Noise handshake proved, not what mDNS claimed.
                 emit(event="exchanged", peer=hint.node_id, proven=s.peer_id,
-                     ok=bytes(reply) == b"hello " + t.peer_id.encode())
-                exchanged.add(hint.node_id)
+                     ok=bytes(reply) == b"hello " + t.peer_id.encode(),
+                     **({} if via is None else {"via": via}))
+                (exchanged if via is None else reached_at_address).add(hint.node_id)
             except TransportError as e:
                 emit(event="dial_error", peer=hint.node_id, error=str(e))
             changed.set()
@@ -70,10 +77,19 @@ async def main(args: argparse.Namespace) -> None:
                      addresses=list(hint.addresses), port=hint.port)
                 if args.dial and first:
                     nursery.start_soon(exchange, hint)
+                new = args.expect_address
+                if new in hint.addresses and hint.node_id not in at_address:
+                    at_address.add(hint.node_id)
+                    if args.dial:
+                        nursery.start_soon(exchange, dataclasses.replace(
+                            hint, addresses=(new,)), new)
                 changed.set()
 
             def satisfied() -> bool:
                 if len(found) < args.expect:
+                    return False
+                if args.expect_address and not (reached_at_address if args.dial
+                                                 else at_address):
                     return False
                 return not args.dial or len(exchanged) >= args.expect
 
@@ -104,6 +120,8 @@ if __name__ == "__main__":
     p.add_argument("--iface", action="append", default=[])
     p.add_argument("--expect", type=int, default=0, help="peers to find before lingering")
     p.add_argument("--dial", action="store_true", help="open a stream to each peer found")
+    p.add_argument("--expect-address", default=None,
+                   help="also wait for a peer at this address (and reach it there, with --dial)")
     p.add_argument("--linger", type=float, default=0.0, help="seconds to stay after that")
     p.add_argument("--until-eof", action="store_true", help="then wait for stdin to close")
     p.add_argument("--deadline", type=float, default=20.0)

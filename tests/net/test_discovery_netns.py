@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from peerd.net.addrs import ADDRESS_POLL_S
 from peerd.protocol.identity import node_id_of
-from tests.net.netns import NetnsHost
+from tests.net.netns import IP_CMD_TIMEOUT_S, SUBNET, NetnsHost
 
 NODE = str(Path(__file__).with_name("mdns_node.py"))
 #: Whole-scenario bound: start-up (~3 s of imports + mDNS probing) and discovery.
@@ -89,3 +91,157 @@ def test_two_nodes_find_each_other_and_ignore_another_fleet(
     # Everyone saw its own advertisement come back and dropped it.
     assert all(r["rejected"].get("own_record", 0) >= 1 for r in (ra, rb, rc))
     assert id_c not in ra["found"] + rb["found"]
+
+
+def _ip_netns(host: NetnsHost, *args: str) -> None:
+    subprocess.run(["ip", "-n", host.name, *args], check=True, capture_output=True,
+                   timeout=IP_CMD_TIMEOUT_S)
+
+
+def _read_until(p: subprocess.Popen[str], events: list[dict[str, Any]],
+                want: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Read ``p``'s JSON lines into ``events`` up to the first that ``want``s (the node's own
+    --deadline bounds the wait: it prints "done" and exits)."""
+    assert p.stdout is not None
+    for line in p.stdout:
+        if not line.startswith("{"):
+            continue
+        event: dict[str, Any] = json.loads(line)
+        events.append(event)
+        if want(event):
+            return event
+        if event["event"] == "done":
+            break
+    err = p.stderr.read() if p.stderr else ""
+    raise AssertionError(f"not seen; events: {events}; stderr: {err[-3000:]}")
+
+
+def _mdns_a_records(via: NetnsHost, name: str, server: str) -> list[str]:
+    """An independent resolver (dnspython, not zeroconf): ask ``server``:5353 for ``name``'s
+    A records by unicast, as `dig -p 5353 @server name` does."""
+    # zeroconf's NSEC in the additional section compresses a name where dnspython forbids it:
+    # that section's error is tolerated (continue_on_error), the answer is parsed strictly.
+    code = (
+        "import socket, sys, dns.message, dns.rdatatype\n"
+        "q = dns.message.make_query(sys.argv[1], 'A')\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "s.settimeout(3)\n"
+        "s.sendto(q.to_wire(), (sys.argv[2], 5353))\n"
+        "r = dns.message.from_wire(s.recv(9000), continue_on_error=True)\n"
+        "assert r.id == q.id and r.question == q.question, r\n"
+        "print(' '.join(sorted(rr.address for s in r.answer if s.rdtype == dns.rdatatype.A"
+        " for rr in s)))\n"
+    )
+    out = subprocess.run(via.python("-c", code, name, server), capture_output=True, text=True,
+                         timeout=SCENARIO_TIMEOUT_S, check=True)
+    return out.stdout.split()
+
+
+def test_a_node_whose_address_changes_is_found_and_reached_at_the_new_one(
+    lan: Callable[[int], list[NetnsHost]],
+) -> None:
+    # Issue 12, item 9: the advertised address used to be frozen at start-up, so peers kept
+    # dialling the deleted one until the node restarted. As reproduced there: a secondary
+    # address is added and promoted when the primary is deleted (without promote_secondaries
+    # Linux deletes the secondaries of a subnet along with its primary).
+    h_a, h_b = lan(2)
+    new = f"{SUBNET}.101"
+    (seed_a, id_a), (seed_b, _) = _seed_and_id(), _seed_and_id()
+    procs: list[subprocess.Popen[str]] = []
+    events: list[dict[str, Any]] = []
+    try:
+        a = _start(h_a, "--seed", seed_a, "--fleet", "fleet-x", "--until-eof",
+                   "--deadline", str(SCENARIO_TIMEOUT_S))
+        procs.append(a)
+        b = _start(h_b, "--seed", seed_b, "--fleet", "fleet-x", "--expect", "1", "--dial",
+                   "--expect-address", new, "--deadline", str(SCENARIO_TIMEOUT_S))
+        procs.append(b)
+        first = _read_until(b, events, lambda e: e["event"] == "exchanged")
+        assert first["peer"] == id_a
+        assert first["ok"]
+        assert next(e for e in events if e["event"] == "peer")["addresses"] == [h_a.address]
+
+        subprocess.run(h_a.command(["sh", "-c", "echo 1 > "
+                                    "/proc/sys/net/ipv4/conf/eth0/promote_secondaries"]),
+                       check=True, timeout=IP_CMD_TIMEOUT_S)
+        _ip_netns(h_a, "addr", "add", f"{new}/24", "dev", "eth0")
+        _ip_netns(h_a, "addr", "del", f"{h_a.address}/24", "dev", "eth0")
+        changed = time.monotonic()
+        moved = _read_until(b, events, lambda e: e["event"] == "peer" and new in e["addresses"])
+        found_after = time.monotonic() - changed
+        reached = _read_until(b, events, lambda e: e.get("via") == new)
+        # Within one look at the interfaces and an announcement (plus a loaded machine).
+        assert found_after < ADDRESS_POLL_S + 10, found_after
+        assert moved["id"] == id_a
+        assert reached["proven"] == id_a, reached
+        assert reached["ok"]
+        # Asked directly, the node answers with the new address only.
+        assert _mdns_a_records(h_b, f"{id_a}.local.", new) == [new]
+        _finish(b)
+        _finish(a)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+#: Listens for mDNS responses (announcements) naming argv[1] on 224.0.0.251, from the address
+#: argv[2], for argv[3] seconds: prints "ready", then one "announce" line per announcement.
+_ANNOUNCEMENT_LISTENER = """
+import socket, struct, sys, time, dns.flags, dns.message
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("", 5353))
+s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+             struct.pack("4s4s", socket.inet_aton("224.0.0.251"), socket.inet_aton(sys.argv[2])))
+print("ready", flush=True)
+end = time.monotonic() + float(sys.argv[3])
+while (left := end - time.monotonic()) > 0:
+    s.settimeout(left)
+    try:
+        data = s.recv(9000)
+    except TimeoutError:
+        break
+    m = dns.message.from_wire(data, continue_on_error=True)
+    if m.flags & dns.flags.QR and any(sys.argv[1] in str(rrset.name) for rrset in m.answer):
+        print("announce", flush=True)
+"""
+
+
+def test_a_node_announces_itself_again_when_its_link_comes_back_up(
+    lan: Callable[[int], list[NetnsHost]],
+) -> None:
+    # Issue 12, item 9: nothing was re-announced after a link down/up, so peers that forgot
+    # the node meanwhile (or joined the link then) heard of it again only by querying.
+    # An independent listener (no zeroconf) on the other host hears the announcement.
+    h_a, h_b = lan(2)
+    seed_a, id_a = _seed_and_id()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        a = _start(h_a, "--seed", seed_a, "--fleet", "fleet-x", "--until-eof",
+                   "--deadline", str(SCENARIO_TIMEOUT_S))
+        procs.append(a)
+        _read_until(a, [], lambda e: e["event"] == "ready")
+        _ip_netns(h_a, "link", "set", "eth0", "down")
+        # The fault itself: down for longer than one look at the links, so A sees it.
+        time.sleep(1.5 * ADDRESS_POLL_S)
+        listener = subprocess.Popen(
+            h_b.python("-c", _ANNOUNCEMENT_LISTENER, id_a, h_b.address,
+                       str(3 * ADDRESS_POLL_S)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(listener)
+        assert listener.stdout is not None
+        assert listener.stdout.readline().strip() == "ready"
+        _ip_netns(h_a, "link", "set", "eth0", "up")
+        up = time.monotonic()
+        heard = listener.stdout.readline().strip()  # the listener's own deadline bounds this
+        after = time.monotonic() - up
+        assert heard == "announce", listener.stderr.read() if listener.stderr else ""
+        assert after < ADDRESS_POLL_S + 5, after
+        _finish(a)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

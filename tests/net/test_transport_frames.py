@@ -14,9 +14,18 @@ import pytest
 import trio
 import trio.lowlevel
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from trio.testing import MockClock
 
 from peerd.core.reasons import Reason
-from peerd.net.framing import TrioFramedStream
+from peerd.net.framing import (
+    MIN_RECEIVE_RATE_BPS,
+    RECEIVE_GRACE_S,
+    FramedStream,
+    MemorySink,
+    RateFloor,
+    ReceiveTooSlowError,
+    TrioFramedStream,
+)
 from peerd.net.transport import (
     FrameTooLargeError,
     PeerStats,
@@ -171,6 +180,68 @@ def test_stalled_header_and_trickled_body_time_out() -> None:
         assert not outer.cancelled_caught
 
     trio.run(main)
+
+
+class PacedStream(FramedStream):
+    """Serves ``data`` ``chunk`` bytes at a time, one chunk every ``every_s`` (virtual)
+    seconds, then stalls: a link of a known rate."""
+
+    peer_id = "12D3KooWpaced"
+
+    def __init__(self, data: bytes, chunk: int, every_s: float) -> None:
+        self.data, self.chunk, self.every_s = bytearray(data), chunk, every_s
+
+    async def read_some(self, max_bytes: int) -> bytes:
+        if not self.data:
+            await trio.sleep_forever()
+        await trio.sleep(self.every_s)
+        out = bytes(self.data[:min(max_bytes, self.chunk)])
+        del self.data[:len(out)]
+        return out
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        raise NotImplementedError
+
+
+def _read_with_floor(stream: PacedStream, length: int) -> tuple[bytes | Exception, float]:
+    """Read one frame under the receive floor with a mock clock: (body or error, seconds)."""
+    async def main() -> bytes | Exception:
+        try:
+            with RateFloor(MIN_RECEIVE_RATE_BPS, RECEIVE_GRACE_S, stream.peer_id) as floor:
+                return bytes(await stream.recv(length, sink=floor.sink(MemorySink())))
+        except ReceiveTooSlowError as exc:
+            return exc
+
+    clock = MockClock(autojump_threshold=0)
+    return trio.run(main, clock=clock), clock.current_time()
+
+
+def test_the_receive_floor_cuts_a_slow_frame_and_spares_one_above_it() -> None:
+    # Issue 12, item 16: a frame holding a receive slot must arrive at MIN_RECEIVE_RATE_BPS
+    # on average once RECEIVE_GRACE_S is over. A body of 3 grace periods' worth at the floor:
+    length = int(3 * RECEIVE_GRACE_S * MIN_RECEIVE_RATE_BPS)
+    body = os.urandom(length)
+    chunk = 64 * 1024
+
+    # An honest link at twice the floor takes 1.5 grace periods, longer than the grace
+    # alone: it completes.
+    got, took = _read_with_floor(
+        PacedStream(frame(body), chunk, chunk / (2 * MIN_RECEIVE_RATE_BPS)), length)
+    assert got == body
+    assert took == pytest.approx(1.5 * RECEIVE_GRACE_S, rel=0.01)
+
+    # A stream that sends the header and some bytes, then nothing: cut when the grace and
+    # the credit those bytes earned run out; a link at half the floor: after ~2 graces.
+    got, took = _read_with_floor(PacedStream(frame(body)[:chunk + 4], chunk, 0.0), length)
+    assert isinstance(got, ReceiveTooSlowError)
+    assert took == pytest.approx(RECEIVE_GRACE_S + chunk / MIN_RECEIVE_RATE_BPS, abs=0.01)
+    got, took = _read_with_floor(
+        PacedStream(frame(body), chunk, chunk / (MIN_RECEIVE_RATE_BPS / 2)), length)
+    assert isinstance(got, ReceiveTooSlowError)
+    assert took == pytest.approx(2 * RECEIVE_GRACE_S, abs=1.0)  # a chunk is 0.5 s here
+    # It is the protocol's refusal (counted as too_slow) and a transport timeout at once.
+    assert got.reason is Reason.TOO_SLOW
+    assert isinstance(got, TransportTimeoutError)
 
 
 def test_bad_max_len_rejected() -> None:

@@ -30,7 +30,7 @@ def deliver(frm: NodeState, to: NodeState, now: float = NOW) -> list[Reason | No
     out: list[Reason | None] = []
     for m in (h.message for h in frm.to_send(want)):
         try:
-            v = verify(m, fleet_id=FLEET, manifest=to.manifest, ledger=to.ledger,
+            v = verify(m, fleet_id=FLEET, manifest=to.manifest, ledger=to.ledger.view(),
                        schema=SCHEMA, limits=to.limits, now=now)
         except ProtocolError as exc:
             to.reject(exc.reason)
@@ -83,7 +83,7 @@ def test_outsider_entry_is_not_even_requested_and_rejected_if_pushed() -> None:
     message = publish(outsider, 1)
     assert b.wants(outsider.digest(), NOW).items == ()
     with pytest.raises(ProtocolError) as exc:
-        verify(message, fleet_id=FLEET, manifest=MAN, ledger=b.ledger, schema=SCHEMA,
+        verify(message, fleet_id=FLEET, manifest=MAN, ledger=b.ledger.view(), schema=SCHEMA,
                limits=b.limits, now=NOW)
     assert exc.value.reason is Reason.NOT_MEMBER
 
@@ -94,11 +94,11 @@ def test_replayed_entry_is_not_newer_and_counted_apart_from_attacks() -> None:
     deliver(a, b)
     # verification consults the ledger first, so a replay costs no 44 MB hash
     with pytest.raises(ProtocolError) as exc:
-        verify(message, fleet_id=FLEET, manifest=MAN, ledger=b.ledger, schema=SCHEMA,
+        verify(message, fleet_id=FLEET, manifest=MAN, ledger=b.ledger.view(), schema=SCHEMA,
                limits=b.limits, now=NOW + 1)
     assert exc.value.reason is Reason.NOT_NEWER
     # one verified before the first copy landed is caught again when accepted
-    early = verify(message, fleet_id=FLEET, manifest=MAN, ledger=node(C, MAN).ledger,
+    early = verify(message, fleet_id=FLEET, manifest=MAN, ledger=node(C, MAN).ledger.view(),
                    schema=SCHEMA, limits=b.limits, now=NOW + 1)
     assert b.accept(early, sender="x", now=NOW + 1) is Reason.NOT_NEWER
     b.reject(exc.value.reason)
@@ -112,7 +112,7 @@ def test_equivocating_origin_is_rejected_and_flagged() -> None:
     deliver(a, b)
     _, forged = sign_own(A, FLEET, params=model(seed=7), version=5, created_at=NOW,
                          num_examples=50)
-    v = verify(forged, fleet_id=FLEET, manifest=MAN, ledger=node(C, MAN).ledger,
+    v = verify(forged, fleet_id=FLEET, manifest=MAN, ledger=node(C, MAN).ledger.view(),
                schema=SCHEMA, limits=b.limits, now=NOW)
     assert b.accept(v, sender="x", now=NOW) is Reason.EQUIVOCATION
     assert a.id in b.ledger.flagged
@@ -126,7 +126,7 @@ def test_tampered_payload_fails_verification() -> None:
     payload[3] ^= 0x01
     tampered = dataclasses.replace(message, payload=bytes(payload))
     with pytest.raises(ProtocolError) as exc:
-        verify(tampered, fleet_id=FLEET, manifest=MAN, ledger=node(B, MAN).ledger,
+        verify(tampered, fleet_id=FLEET, manifest=MAN, ledger=node(B, MAN).ledger.view(),
                schema=SCHEMA, limits=a.limits, now=NOW)
     assert exc.value.reason is Reason.PAYLOAD_MISMATCH
 
@@ -136,7 +136,7 @@ def test_signed_nan_weights_are_refused_by_core_validation() -> None:
     bad["fc.bias"][0] = float("nan")
     _, message = sign_own(A, FLEET, params=bad, version=1, created_at=NOW, num_examples=5)
     with pytest.raises(ProtocolError) as exc:
-        verify(message, fleet_id=FLEET, manifest=MAN, ledger=node(B, MAN).ledger,
+        verify(message, fleet_id=FLEET, manifest=MAN, ledger=node(B, MAN).ledger.view(),
                schema=SCHEMA, limits=node(B, MAN).limits, now=NOW)
     assert exc.value.reason is Reason.NON_FINITE
 
@@ -145,7 +145,7 @@ def test_wrong_shape_from_a_member_is_refused() -> None:
     other = {"fc.weight": torch.zeros(5, 3), "fc.bias": torch.zeros(5)}
     _, message = sign_own(A, FLEET, params=other, version=1, created_at=NOW, num_examples=5)
     with pytest.raises(ProtocolError) as exc:
-        verify(message, fleet_id=FLEET, manifest=MAN, ledger=node(B, MAN).ledger,
+        verify(message, fleet_id=FLEET, manifest=MAN, ledger=node(B, MAN).ledger.view(),
                schema=SCHEMA, limits=node(B, MAN).limits, now=NOW)
     assert exc.value.reason in (Reason.TOO_LARGE, Reason.PAYLOAD_MISMATCH, Reason.SHAPE_MISMATCH)
 
@@ -190,3 +190,59 @@ def test_revocation_by_newer_manifest_evicts_the_cached_entry() -> None:
     b.install_manifest(newer, None, NOW)
     assert b.cache == []
     assert b.rejected["revoked"] == 1
+
+
+def test_a_node_that_lost_its_state_publishes_past_what_its_peers_hold() -> None:
+    # Issue 12 item 1: A publishes v9, B caches it; A restarts with an empty state (its key
+    # kept) and publishes v1. Before, A never asked for its own entries: its next one was v2,
+    # which B never fetched (2 <= 9), so A was ignored for as many rounds as it had run.
+    a, b = node(A, MAN), node(B, MAN)
+    publish(a, 9)
+    assert deliver(a, b) == [None]
+    restarted = node(A, MAN)
+    publish(restarted, 1, seed=3)
+    assert restarted.wants(b.digest(), NOW + 5).items == ((a.id, 9),)
+    # It fetches its own v9 back, verifies its own signature on it, and only learns from it.
+    assert deliver(b, restarted, now=NOW + 5) == [Reason.OWN_ORIGIN]
+    assert restarted.own_max_version_seen == 9
+    assert restarted.cache == []
+    assert restarted.wants(b.digest(), NOW + 5).items == ()  # asked once, not every session
+    # The daemon's choice of the next version (peerd.daemon.daemon: _round).
+    version = max(1, restarted.own_max_version_seen) + 1
+    assert version == 10
+    publish(restarted, version, seed=4, at=NOW + 10)
+    assert deliver(restarted, b, now=NOW + 10) == [None]
+    assert [(i.meta.origin, i.meta.version) for i in b.cache] == [(a.id, 10)]
+    assert not b.rejected
+
+
+def test_a_digest_alone_never_raises_the_own_version() -> None:
+    # The Digest is unsigned: a member claiming to hold our version 10**9 gets asked for
+    # it, but only an entry signed with our own key would move our counter (admission
+    # refuses a body whose origin is not its signer's: test_protocol_admission).
+    a, b = node(A, MAN), node(B, MAN)
+    publish(a, 2)
+    lie = msg.Digest((msg.DigestItem(a.id, 10**9, NOW, b"\x01" * 32),))
+    assert a.wants(lie, NOW).items == ((a.id, 10**9),)
+    assert b.to_send(a.wants(lie, NOW)) == []  # it holds no such entry: nothing comes
+    assert a.own_max_version_seen == -1
+    # Nor is a version beyond what time allows even asked for (it could never verify).
+    absurd = msg.Digest((msg.DigestItem(a.id, 2**63 - 1, NOW, b"\x01" * 32),))
+    assert a.wants(absurd, NOW).items == ()
+
+
+def test_an_entry_too_far_ahead_of_the_held_one_is_neither_wanted_nor_accepted() -> None:
+    # Issue 12 item 14: a member jumping to the int64 ceiling could never publish again.
+    a, b = node(A, MAN), node(B, MAN)
+    publish(a, 3)
+    deliver(a, b)
+    huge = node(A, MAN)
+    publish(huge, 2**63 - 1, seed=2, at=NOW + 1)
+    assert b.wants(huge.digest(), NOW + 1).items == ()
+    assert huge.own is not None
+    with pytest.raises(ProtocolError) as exc:
+        verify(huge.own.message, fleet_id=FLEET, manifest=MAN, ledger=b.ledger.view(),
+               schema=SCHEMA, limits=b.limits, now=NOW + 1)
+    assert exc.value.reason is Reason.VERSION_TOO_HIGH
+    publish(a, 4, seed=1, at=NOW + 1)  # the honest next version still gets through
+    assert deliver(a, b, now=NOW + 1) == [None]

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.protocol.entry import sign_entry
 from peerd.protocol.identity import node_id_of, private_key_from_seed, public_key_bytes
-from peerd.protocol.ledger import OriginLedger
+from peerd.protocol.ledger import LedgerView, OriginLedger
 from peerd.protocol.manifest import Manifest
 from peerd.protocol.messages import Entry
 
@@ -69,11 +69,11 @@ def entry(
     ).to_message()
 
 
-def admit_kwargs(ledger: OriginLedger | None = None, **kw: Any) -> dict[str, Any]:
+def admit_kwargs(ledger: OriginLedger | LedgerView | None = None, **kw: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "fleet_id": FLEET,
         "manifest": manifest(),
-        "ledger": ledger or OriginLedger(),
+        "ledger": OriginLedger() if ledger is None else ledger,
         "schema": SCHEMA,
         "now": NOW,
     }

@@ -80,7 +80,8 @@ def session(initiator: bool, me: str = A, peer: str = B, *, seq: int = 1,
 
 
 def run(a: Peer, b: Peer) -> list[tuple[str, str]]:
-    """Drive both machines to the end over bytes; returns who sent what, in wire order."""
+    """Drive both machines to the end over bytes; returns who sent what, in wire order, and
+    when each decided on the other's membership ("check")."""
     wire: dict[str, bytearray] = {"a": bytearray(), "b": bytearray()}  # bytes in flight to x
     decoders = {"a": FrameDecoder(ENTRY_LIMIT), "b": FrameDecoder(ENTRY_LIMIT)}
     sides = {"a": (a, "b"), "b": (b, "a")}
@@ -94,6 +95,7 @@ def run(a: Peer, b: Peer) -> list[tuple[str, str]]:
             if isinstance(step, CheckPeer):
                 peer.admit()
                 s.peer_admitted()
+                transcript.append((name, "check"))
                 moved = True
             elif isinstance(step, Send):
                 message = step.message if step.message is not None else peer.build(step.phase)
@@ -136,7 +138,8 @@ def test_full_session_follows_the_documented_turn_order() -> None:
     assert b.session.next_step() == Receive(Phase.HELLO, MAX_CONTROL_FRAME_LEN)
     transcript = run(a, b)
     assert transcript == [
-        ("a", "hello"), ("b", "hello"), ("a", "digest"), ("b", "digest"),
+        ("a", "hello"), ("b", "hello"), ("b", "check"), ("a", "check"),
+        ("a", "digest"), ("b", "digest"),
         ("a", "want"), ("b", "want"),
         ("a", "announce"), ("a", "entry"), ("b", "announce"), ("b", "entry"),
     ]
@@ -159,8 +162,18 @@ def test_the_higher_manifest_is_pushed_after_hello_in_either_direction(
 ) -> None:
     a, b = Peer(session(True, seq=a_seq)), Peer(session(False, B, A, seq=b_seq))
     transcript = run(a, b)
-    expected = [] if sender is None else [(sender, "manifest")]
-    assert transcript[2:2 + len(expected) + 1] == [*expected, ("a", "digest")]
+    at = transcript.index
+    # Its holder admits the peer under it first, sends it, then the receiver decides under
+    # the manifest it just learned; on a tie both decide at once, nothing is pushed.
+    if sender is None:
+        assert {t for t in transcript if t[1] == "manifest"} == set()
+    else:
+        other = "b" if sender == "a" else "a"
+        assert at((sender, "check")) < at((sender, "manifest")) < at((other, "check"))
+    for name in "ab":  # and each decides before it sends anything beyond its Hello
+        first = next(i for i, (n, what) in enumerate(transcript)
+                     if n == name and what not in ("hello", "check"))
+        assert at((name, "check")) < first
     receiver = {"a": b, "b": a, None: None}[sender]
     for p in (a, b):
         assert p.manifests == ([SIGNED[2]] if p is receiver else [])
@@ -176,9 +189,75 @@ def test_a_node_without_a_signed_manifest_never_sends_one_and_learns_it() -> Non
 def test_membership_is_decided_after_the_manifest_and_before_any_digest() -> None:
     order: list[str] = []
     a = Peer(session(True, seq=1), admit=lambda: order.append(f"a checks, held {a.manifests}"))
-    b = Peer(session(False, B, A, seq=2))
+    b = Peer(session(False, B, A, seq=2), admit=lambda: order.append("b checks"))
     run(a, b)
-    assert order == [f"a checks, held {[SIGNED[2]]}"]
+    # b decides under the manifest it holds, before a learns anything of the fleet from it.
+    assert order == ["b checks", f"a checks, held {[SIGNED[2]]}"]
+
+
+def hellos_done(s: Session, their_seq: int) -> None:
+    """Both Hellos went by (the peer announcing ``their_seq``), in the session's order."""
+    theirs = hello_frame(node=s.peer_id, seq=their_seq)
+    if s.initiator:
+        s.send(s.hello)
+        s.receive(theirs)
+    else:
+        s.receive(theirs)
+        s.send(s.hello)
+
+
+@pytest.mark.parametrize("initiator", [True, False])
+@pytest.mark.parametrize("their_seq", [0, 1])  # a placeholder manifest, or an older one
+def test_the_holder_of_the_newer_manifest_sends_it_only_to_a_peer_its_node_admitted(
+    initiator: bool, their_seq: int
+) -> None:
+    # The manifest lists every member's key; the fleet id, all a stranger needs to get
+    # this far, is public (mDNS). Before the fix the manifest went out right after Hello.
+    refusing = session(initiator, seq=2) if initiator else session(False, B, A, seq=2)
+    hellos_done(refusing, their_seq)
+    assert refusing.next_step() == CheckPeer()
+    body = refusing.fail(ProtocolError(Reason.NOT_MEMBER, "stranger"))
+    assert msg.decode_frame(b"".join(map(bytes, body))) == msg.Error("not_member", "stranger")
+    with pytest.raises(SessionStateError):  # nothing of the fleet can follow the refusal
+        refusing.next_step()
+    # The same peer, admitted: now (and only now) the manifest goes out, then the Digests.
+    admitting = session(initiator, seq=2) if initiator else session(False, B, A, seq=2)
+    hellos_done(admitting, their_seq)
+    assert admitting.next_step() == CheckPeer()
+    admitting.peer_admitted()
+    assert admitting.next_step() == Send(Phase.MANIFEST, SIGNED[2])
+    admitting.send(SIGNED[2])
+    expected = (Send(Phase.DIGEST) if initiator else
+                Receive(Phase.DIGEST, MAX_CONTROL_FRAME_LEN))
+    assert admitting.next_step() == expected
+
+
+@pytest.mark.parametrize("initiator", [True, False])
+def test_the_side_with_the_older_manifest_decides_only_once_it_received_the_newer(
+    initiator: bool,
+) -> None:
+    # A newcomer admitted in seq 2 meets a node that holds seq 1: the node waits for the
+    # manifest that may admit the newcomer before it decides.
+    s = session(initiator, seq=1) if initiator else session(False, B, A, seq=1)
+    hellos_done(s, 2)
+    assert s.next_step() == Receive(Phase.MANIFEST, MAX_CONTROL_FRAME_LEN)
+    with pytest.raises(SessionStateError):
+        s.peer_admitted()
+    assert s.receive(SIGNED[2].head()) == SIGNED[2]
+    assert s.next_step() == CheckPeer()
+
+
+def test_a_refusal_instead_of_the_manifest_ends_the_session_of_the_refused_side() -> None:
+    a = Peer(session(True, held_manifest=False))  # a stranger with no manifest: seq 0
+    b = session(False, B, A, seq=1)
+    hellos_done(b, 0)
+    a.session.send(a.session.hello)
+    a.session.receive(b.hello.head())
+    assert a.session.next_step() == Receive(Phase.MANIFEST, MAX_CONTROL_FRAME_LEN)
+    assert b.next_step() == CheckPeer()
+    err = refused(a.session, b"".join(map(bytes, b.fail(ProtocolError(Reason.NOT_MEMBER, "no")))))
+    assert err.message == "peer refused: not_member no"
+    assert a.manifests == []
 
 
 def hello_frame(fleet: bytes = FLEET, node: str = B, seq: int = 1) -> bytes:

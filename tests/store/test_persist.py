@@ -20,7 +20,7 @@ MAN = manifest(A, B)
 def with_entry_from_b(a: NodeState) -> None:
     _, message = sign_own(B, FLEET, params=model(3), version=4, created_at=NOW,
                               num_examples=7)
-    v = verify(message, fleet_id=FLEET, manifest=MAN, ledger=a.ledger, schema=SCHEMA,
+    v = verify(message, fleet_id=FLEET, manifest=MAN, ledger=a.ledger.view(), schema=SCHEMA,
                limits=a.limits, now=NOW)
     assert a.accept(v, sender="relay-x", now=NOW + 1) is None
 
@@ -109,6 +109,6 @@ def test_publishing_on_a_full_disk_keeps_the_entry_in_memory(
     held = persist.publish_own(state, a, params=model(2), version=3, created_at=NOW,
                                num_examples=5)
     assert held.frame is None  # in memory, still a valid signed entry
-    v = verify(held.message, fleet_id=FLEET, manifest=MAN, ledger=b.ledger, schema=SCHEMA,
+    v = verify(held.message, fleet_id=FLEET, manifest=MAN, ledger=b.ledger.view(), schema=SCHEMA,
                limits=b.limits, now=NOW)
     assert v.entry.meta.version == 3

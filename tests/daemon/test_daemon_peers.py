@@ -1,0 +1,134 @@
+"""The daemon's side of the peer table (issue 12, items 7, 8 and 12): who enters it after a
+session, who is refused and backed off, what discovery and the transport are told to let
+in, and how a connection closed without a session is counted. A real ``Daemon`` object
+(not run: no sockets), with a fleet of three members, one revoked, and strangers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from peerd.cli.app import app
+from peerd.daemon.config import load_config
+from peerd.daemon.daemon import Daemon
+from peerd.node.peers import PeerTable
+
+runner = CliRunner(env={"COLUMNS": "200"})
+STRANGER = "12D3KooWHrSJFRHKPKfFrEJFS3wxJZoR6V95nzTRkHsnQ1MxDjz4"
+
+
+def _keygen(state: Path) -> str:
+    out = runner.invoke(app, ["keygen", "--state-dir", str(state)])
+    assert out.exit_code == 0, out.output
+    match = re.search(r"12D3KooW\w+", out.stdout)
+    assert match is not None
+    return match.group(0)
+
+
+def _daemon(tmp_path: Path, *, with_manifest: bool = True) -> tuple[Daemon, str, str]:
+    """(daemon, a member's id, a revoked member's id)."""
+    fleet = tmp_path / "fleet"
+    assert runner.invoke(app, ["fleet", "init", str(fleet)]).exit_code == 0
+    info = json.loads((fleet / "fleet.json").read_text())
+    state = tmp_path / "st"
+    ids = [_keygen(state), _keygen(tmp_path / "m"), _keygen(tmp_path / "r")]
+    for node_id in ids:
+        assert runner.invoke(app, ["fleet", "admit", "--fleet", str(fleet), node_id]).exit_code == 0
+    assert runner.invoke(app, ["fleet", "revoke", "--fleet", str(fleet), ids[2]]).exit_code == 0
+    manifest = f'manifest = "{fleet / "manifest.peerd"}"\n' if with_manifest else ""
+    cfg_file = tmp_path / "peerd.toml"
+    cfg_file.write_text(f'[fleet]\nadmin_public_key = "{info["admin_public_key"]}"\n'
+                        f'fleet_id = "{info["fleet_id"]}"\n{manifest}')
+    cfg = load_config(cfg_file)
+    cfg = dataclasses.replace(cfg, node=dataclasses.replace(cfg.node, state_dir=state))
+    return Daemon(cfg), ids[1], ids[2]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Daemon, str, str]:
+    return _daemon(tmp_path_factory.mktemp("fleet"))
+
+
+def test_only_members_are_admitted_and_discovered(fleet: tuple[Daemon, str, str]) -> None:
+    daemon, member, revoked = fleet
+    assert daemon._admits(member)
+    assert daemon._may_be_member(member)
+    for outsider in (STRANGER, revoked):
+        assert not daemon._admits(outsider)
+        assert not daemon._may_be_member(outsider)
+    assert daemon._member_refusal(STRANGER) == "not_member"
+    assert daemon._member_refusal(revoked) == "revoked"
+
+
+def test_a_stranger_whose_session_ran_is_not_entered(fleet: tuple[Daemon, str, str]) -> None:
+    # Issue 12, item 7: before, begin_session entered every peer that dialled in, as
+    # "inbound", before the membership check; 512 outsiders left 514 peers in the table.
+    daemon, member, _ = fleet
+    now = daemon.now()
+    for i in range(3):
+        assert daemon.peers.begin_session(STRANGER) is None
+        daemon._session_outcome(None, STRANGER, now + i, "not_member")
+    assert STRANGER not in daemon.peers
+    # A member that dialled in unannounced is entered once its session proved it.
+    assert daemon.peers.begin_session(member) is None
+    daemon._session_outcome(None, member, now, None)
+    peer = daemon.peers.get(member)
+    assert peer is not None
+    assert (peer.source, peer.sessions, peer.failures) == ("inbound", 1, 0)
+
+
+def test_a_refused_peer_is_backed_off_and_forgotten_unless_static(
+    fleet: tuple[Daemon, str, str],
+) -> None:
+    daemon, _, revoked = fleet
+    now = daemon.now()
+    # Known from mDNS before its revocation reached us: refused, backed off, forgotten.
+    daemon.peers.on_hint(revoked, ["/ip4/10.0.0.9/tcp/4011"], now)
+    peer = daemon.peers.begin_session(revoked)
+    assert peer is not None
+    daemon._session_outcome(peer, revoked, now, "revoked")
+    assert (peer.failures, peer.last_error) == (1, "refused: revoked")
+    assert revoked not in daemon.peers
+    # In static_peers (item 8): it stays, the operator put it there, but is backed off.
+    daemon.peers.add_static([f"/ip4/10.0.0.8/tcp/4011/p2p/{STRANGER}"], now)
+    static = daemon.peers.get(STRANGER)
+    assert static is not None
+    assert daemon.peers.begin_session(STRANGER) is static
+    daemon._session_outcome(static, STRANGER, now, "not_member")
+    PeerTable.release(static)
+    assert STRANGER in daemon.peers
+    assert static.failures == 1
+    assert static.retry_at is not None
+    assert static not in daemon.peers.due(now + 1)  # backing off, not dialled next sweep
+    assert static in daemon.peers.due(static.retry_at)
+
+
+def test_a_connection_closed_without_a_session_is_counted_by_reason(
+    fleet: tuple[Daemon, str, str],
+) -> None:
+    daemon, _, revoked = fleet
+    before = dict(daemon.node.rejected)
+    daemon._refused_connection(STRANGER)
+    daemon._refused_connection(STRANGER)
+    daemon._refused_connection(revoked)
+    assert daemon.node.rejected["not_member"] == before.get("not_member", 0) + 2
+    assert daemon.node.rejected["revoked"] == before.get("revoked", 0) + 1
+    assert not any(e["event"] == "refused" for e in daemon.state.read_audit())
+
+
+def test_without_a_manifest_every_record_counts_but_nobody_is_admitted(tmp_path: Path) -> None:
+    # A node still waiting for its first manifest cannot tell members: discovery takes
+    # every record of the fleet (the table is bounded), while the transport admits nobody,
+    # so strangers only ever get a session on probation, in which a member brings the
+    # manifest.
+    daemon, member, _ = _daemon(tmp_path, with_manifest=False)
+    assert daemon.node.manifest_envelope is None
+    assert daemon._may_be_member(STRANGER)
+    assert daemon._may_be_member(member)
+    assert not daemon._admits(STRANGER)
+    assert not daemon._admits(member)
