@@ -62,6 +62,13 @@ def _offline(state_dir: Path | None, answer: ControlError) -> StateDir:
     return StateDir(state_dir, readonly=True)
 
 
+def _print_persisted(state: StateDir, cleared: str | None, as_json: bool) -> None:
+    """The flags in ``state``'s persisted ledger, as the daemon would list them."""
+    view = ledgerfile.load(state)
+    _print(Flags(running=False, flagged=tuple(sorted(view.flagged)) if view else (),
+                 cleared=cleared), as_json)
+
+
 def _print(flags: Flags, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(flags_to_json(flags), indent=2))
@@ -92,9 +99,7 @@ def flags(
         return
     except ControlError as exc:
         state = _offline(state_dir, exc)
-    view = ledgerfile.load(state)
-    _print(Flags(running=False, flagged=tuple(sorted(view.flagged)) if view else (),
-                 cleared=None), as_json)
+    _print_persisted(state, None, as_json)
     raise typer.Exit(EXIT_NOT_RUNNING)
 
 
@@ -127,6 +132,4 @@ def clear(
         typer.echo(f"error: {origin} is not flagged in {state_dir}", err=True)
         raise typer.Exit(EXIT_ERROR)
     state.audit("flag_cleared", origin=origin, offline=True)
-    view = ledgerfile.load(state)
-    _print(Flags(running=False, flagged=tuple(sorted(view.flagged)) if view else (),
-                 cleared=origin), as_json)
+    _print_persisted(state, origin, as_json)

@@ -27,7 +27,8 @@ def run(
     import trio
 
     from peerd.daemon.config import ConfigError, load_config
-    from peerd.daemon.daemon import Daemon, DaemonError
+    from peerd.daemon.daemon import Daemon
+    from peerd.daemon.startup import DaemonError
     from peerd.learn.data import DataError
     from peerd.learn.tasks import TaskError
     from peerd.store.statedir import StateError

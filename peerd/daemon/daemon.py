@@ -14,8 +14,9 @@ Task layout under one trio nursery:
 SIGTERM/SIGINT cancel the nursery: counters and state are already on disk (every write is
 atomic), discovery sends goodbye packets, the transport closes its host, the socket goes.
 
-It must not parse wire bytes or touch files itself: ``peerd.protocol`` and ``peerd.store`` do
-(the configured ``[fleet] manifest`` is read by ``peerd.store.fleetdir``).
+It must not parse wire bytes or touch files itself: ``peerd.protocol`` and ``peerd.store`` do.
+What is settled once before anything runs (the key, the starting manifest, the per-peer byte
+budget) is :mod:`peerd.daemon.startup`'s.
 """
 
 from __future__ import annotations
@@ -42,27 +43,18 @@ from peerd.core.staleness import StalenessMode
 from peerd.daemon import sdnotify
 from peerd.daemon.config import Config
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
+from peerd.daemon.startup import load_manifest, read_node_key, transport_config
 from peerd.learn.tasks import Task, load_task
 from peerd.learn.trainer import RoundInput, RoundOutput, drift_to, run_round
 from peerd.net.discovery import Discovery, PeerHint, open_discovery
 from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
-from peerd.net.transport import (
-    Stream,
-    Transport,
-    TransportConfig,
-    TransportError,
-    open_transport,
-)
+from peerd.net.transport import Stream, Transport, TransportError, open_transport
 from peerd.node.peers import Peer, PeerTable
-from peerd.node.state import NodeState, wire_schema
+from peerd.node.state import NodeState
 from peerd.protocol import messages as msg
-from peerd.protocol.admission import entry_frame_limit
-from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.limits import PROTOCOL_VERSION
-from peerd.protocol.manifest import Manifest, accept_manifest, decode_manifest_file
-from peerd.store import fleetdir, ledgerfile, persist, spool
-from peerd.store.keyfile import NODE_KEY_FILE, read_private_key
+from peerd.store import ledgerfile, persist, spool
 from peerd.store.statedir import Counters, StateDir
 
 log = logging.getLogger(__name__)
@@ -71,32 +63,6 @@ log = logging.getLogger(__name__)
 GOSSIP_INTERVAL_S = 3.0
 #: A whole session (hello to last entry) must finish within this; a stalled peer is cut off.
 SESSION_TIMEOUT_S = 300.0
-#: Hello, manifest, digests, wants and announcements of one session (each frame is capped at
-#: MAX_CONTROL_FRAME_LEN; in practice a few KB), budgeted on top of the entries.
-SESSION_CONTROL_BYTES = 1024 * 1024
-
-
-def peer_byte_budget(cfg: Config, schema: Schema) -> tuple[float, int]:
-    """(bytes/s, burst) each peer may move in each direction.
-
-    The burst is one complete session: C + 1 entries of the largest size this schema allows,
-    plus control frames, so an honest exchange is never cut off. The automatic rate is twice
-    what an honest peer can need, that whole session once per round interval.
-    """
-    session = ((cfg.learning.capacity + 1) * entry_frame_limit(wire_schema(schema))
-               + SESSION_CONTROL_BYTES)
-    if cfg.network.peer_bytes_per_s is not None:
-        return float(cfg.network.peer_bytes_per_s), session
-    return 2.0 * session / cfg.learning.round_interval_s, session
-
-
-#: The seq of the empty manifest a node without one starts from: every real manifest
-#: (``peerd fleet init`` signs seq 1) is newer.
-PLACEHOLDER_SEQ = 0
-
-
-class DaemonError(RuntimeError):
-    """Start-up cannot proceed (missing key, bad manifest…); the message says how to fix it."""
 
 
 @dataclass
@@ -112,61 +78,13 @@ class Metrics:
     published_params: Mapping[str, torch.Tensor] | None = None
 
 
-def _load_manifest(
-    cfg: Config, state: StateDir
-) -> tuple[Manifest, msg.ManifestMessage | None]:
-    """The configured manifest file, or a newer one adopted from peers earlier.
-
-    With no ``[fleet] manifest`` and none adopted yet, the node starts with an empty
-    placeholder (seq 0, no members): the first peer it meets sends the fleet's manifest,
-    which is adopted only if the admin key signed it. Until then every entry is refused as
-    ``not_member``, so nothing unverified is learned in the meantime.
-    """
-    admin, fleet = cfg.fleet.admin_public_key, cfg.fleet.fleet_id
-    best: tuple[Manifest, msg.ManifestMessage] | None = None
-    sources: list[tuple[str, SignedEnvelope]] = []
-    stored = persist.load_manifest(state)
-    if stored is not None:
-        try:
-            sources.append(("state", decode_manifest_file(stored)))
-        except ProtocolError as exc:
-            log.warning("manifest from state not used: %s", exc)
-    if cfg.fleet.manifest is not None:
-        try:  # read with the protocol's size limit (peerd.store.fleetdir)
-            sources.append((str(cfg.fleet.manifest),
-                            fleetdir.read_manifest_envelope(cfg.fleet.manifest)))
-        except fleetdir.ManifestError as exc:
-            log.warning("%s", exc)
-        except fleetdir.FleetDirError as exc:  # unreadable: the operator must fix the path
-            raise DaemonError(str(exc)) from exc
-    for name, envelope in sources:
-        try:
-            manifest = accept_manifest(best[0] if best else None, envelope, admin, fleet)
-            best = (manifest, msg.ManifestMessage(envelope))
-        except ProtocolError as exc:
-            log.warning("manifest from %s not used: %s", name, exc)
-    if best is None:
-        if cfg.fleet.manifest is not None:
-            raise DaemonError(f"no valid fleet manifest in {cfg.fleet.manifest}: use the file "
-                              "written by `peerd fleet init/admit` (signed by the fleet's "
-                              "admin key)")
-        log.warning("no fleet manifest yet ([fleet] manifest is unset): learning it from the "
-                    "first peer met; entries are refused until then")
-        return Manifest(fleet, PLACEHOLDER_SEQ), None
-    return best
-
-
 class Daemon:
     def __init__(self, cfg: Config, *, clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.now = clock
         self.state = StateDir(cfg.node.state_dir)
-        key_path = cfg.node.state_dir / NODE_KEY_FILE
-        if not key_path.exists():
-            raise DaemonError(f"no identity key at {key_path}: create one with "
-                              f"`peerd keygen --state-dir {cfg.node.state_dir}`")
-        self.key = read_private_key(key_path)
-        manifest, envelope = _load_manifest(cfg, self.state)
+        self.key = read_node_key(cfg)
+        manifest, envelope = load_manifest(cfg, self.state)
         torch.set_num_threads(cfg.node.torch_threads)
         if cfg.node.lean_memory:
             pin_mmap_threshold()
@@ -482,12 +400,7 @@ class Daemon:
 
     async def _run(self) -> None:
         cfg = self.cfg
-        rate, burst = peer_byte_budget(cfg, self.node.schema)
-        tcfg = TransportConfig(listen_host=cfg.network.listen_host,
-                               listen_port=cfg.network.listen_port,
-                               peer_bytes_per_s=rate, peer_burst_bytes=burst)
-        log.info("per-peer byte budget: %.1f MB/s sustained, %.1f MB burst, each direction",
-                 rate / 1e6, burst / 1e6)
+        tcfg = transport_config(cfg, self.node.schema)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._signals, nursery.cancel_scope)
             async with open_transport(self.key, self._inbound, tcfg, admit=self._admits,

@@ -1,5 +1,5 @@
-"""Who may hold a connection to this node: the transport's admission (mend 8 of
-:mod:`peerd.net.transport`), as plain Python over trio.
+"""Who may hold a connection to this node: the transport's admission (mend 8, listed in
+:mod:`peerd.net.mends`, wired in :mod:`peerd.net.transport`), as plain Python over trio.
 
 Outsiders need no membership to connect (any fresh key completes the Noise handshake), so
 once the handshake has authenticated a peer id, the caller's predicate decides: an admitted

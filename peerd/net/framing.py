@@ -1,9 +1,10 @@
 """Length-prefixed frames over any byte stream, with a deadline on every frame.
 
-This module knows nothing about libp2p: :mod:`peerd.net.transport` subclasses
-:class:`FramedStream` for its libp2p streams (and re-exports everything here, so callers
-keep importing from ``peerd.net.transport``). Keeping the framing apart lets it be tested
-and benchmarked over any stream, e.g. raw TCP, with the exact same code path.
+This module knows nothing about libp2p: :mod:`peerd.net.stream` subclasses
+:class:`FramedStream` for libp2p streams, and :mod:`peerd.net.transport` re-exports
+everything here, so callers keep importing from ``peerd.net.transport``. Keeping the
+framing apart lets it be tested and benchmarked over any stream, e.g. raw TCP, with the
+exact same code path.
 
 The frame format is not defined here: the 4-byte length prefix is written by
 :func:`peerd.protocol.frames.frame_header` and read by

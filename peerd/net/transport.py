@@ -1,33 +1,16 @@
 """The libp2p shell: one host (TCP + Noise + Yamux, Ed25519 identity) behind a small trio API.
 
-Everything libp2p lives in this module, so the gossip layer sees only peer-id strings,
-multiaddr strings, :class:`Stream` objects and :class:`TransportError`. The libp2p-free
-parts, :mod:`peerd.net.framing` and :mod:`peerd.net.transport_config`, are re-exported from here;
-this module owns the sockets (the host's, and the port probe before it listens). It must not
-know what travels in a frame (that is :mod:`peerd.net.gossip` and :mod:`peerd.protocol`).
-Mends for the py-libp2p 0.8.1 defects (measured and tabled in ``docs/transport.md``,
-section "py-libp2p 0.8.1 defects") are applied here:
-
-1. the inbound connection cap counts connections over the host's *lifetime* (a slot is
-   held until the swarm ends), so it is raised far above anything a LAN node will see;
-2. leaving ``host.run()`` closes nothing, so :func:`open_transport` closes the host itself;
-3. an exception in a stream handler kills the host, so every handler is wrapped and a
-   failure resets only its own stream;
-4. the dialler sleeps a fixed 250 ms "happy eyeballs" head start even when it has a single
-   address, so that delay is set to zero (we always hand it the addresses we mean to use);
-5. a failed dial puts the peer in a 60 s negative cache, which would ignore a fresh mDNS
-   hint about a restarted peer, so an explicit dial clears that entry first;
-6. the swarm's auto-connector re-dials every peerstore entry (up to 200 at a time) on each
-   disconnect and every 30 s, undoing deliberate disconnects; it is switched off, because
-   whom to dial and when is the gossip layer's policy;
-7. its unhandled log records (ERROR tracebacks on routine disconnects) reach stderr through
-   Python's last-resort handler; they are demoted to DEBUG records of our logger;
-8. its connection limits (256 established inbound) count every authenticated peer alike and
-   nothing ever closes an idle connection, so outsiders holding 256 throw-away keys locked
-   members out: with an ``admit`` predicate (the daemon's: an active member), a connection
-   from anyone else is closed right after the handshake (a few get one session on
-   probation first, for a newcomer bringing the manifest that admits it), and admitted
-   peers bypass the limits (the tracker's bypass hook), so their slots are always there.
+Everything libp2p lives in this module and the two beside it, :mod:`peerd.net.stream`
+(:class:`Stream`, one open stream) and :mod:`peerd.net.mends` (py-libp2p's defects), so the
+gossip layer sees only peer-id strings, multiaddr strings, :class:`Stream` objects and
+:class:`TransportError`. The libp2p-free parts, :mod:`peerd.net.framing` and
+:mod:`peerd.net.transport_config`, are re-exported from here, and so is :class:`Stream`;
+this module owns the host and its sockets (before it listens, the port probe of
+:mod:`peerd.net.mends` runs). It must not know what travels in a frame (that is
+:mod:`peerd.net.gossip` and :mod:`peerd.protocol`). The mends for the py-libp2p 0.8.1
+defects are numbered and listed in :mod:`peerd.net.mends`, which applies the settings,
+patches and hooks among them; mends 2, 3 and 5 are steps of this module's own flow, and
+mend 8's verdict is :mod:`peerd.net.admission`'s.
 
 Only Noise is offered for security and only Yamux for muxing: py-libp2p's defaults also
 offer plaintext and secio, which a downgrade could select, and mplex (6x slower).
@@ -37,8 +20,6 @@ Every await on the network has a deadline (the ``*_TIMEOUT_S`` constants).
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
@@ -46,7 +27,6 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import cast
 
-import libp2p.network.swarm as _libp2p_swarm
 import multiaddr  # no stubs/py.typed in 0.2.0
 import trio
 from libp2p import new_host
@@ -54,8 +34,7 @@ from libp2p.abc import IHost, IMuxedConn, INetConn, INetStream, INetwork, INotif
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pair
 from libp2p.custom_types import TProtocol
-from libp2p.network.config import ConnectionConfig, RetryConfig
-from libp2p.network.stream.exceptions import StreamEOF, StreamReset
+from libp2p.network.config import RetryConfig
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.rcmgr import Direction
@@ -76,12 +55,19 @@ from peerd.net.framing import TransportTimeoutError as TransportTimeoutError
 from peerd.net.framing import read_frame as read_frame
 from peerd.net.framing import write_frame as write_frame
 from peerd.net.framing import write_frame_parts as write_frame_parts
+from peerd.net.mends import (
+    apply_library_mends,
+    bypass_limits_when_admitted,
+    check_port_free,
+    connection_config,
+    switch_off_auto_connector,
+)
+from peerd.net.stream import Stream as Stream
 from peerd.net.transport_config import (
     CLOSE_REFUSED_TIMEOUT_S,
     DISCONNECT_TIMEOUT_S,
     HOST_CLOSE_TIMEOUT_S,
     MAX_TRACKED_PEERS,
-    STREAM_CLOSE_TIMEOUT_S,
     STREAM_OPEN_TIMEOUT_S,
     seed_of,
 )
@@ -95,86 +81,6 @@ from peerd.net.transport_config import TransportConfig as TransportConfig
 from peerd.net.transport_config import tcp_multiaddr as tcp_multiaddr
 
 logger = logging.getLogger(__name__)
-
-#: Largest piece handed to libp2p per write call (Yamux splits it into window-sized frames).
-WRITE_CHUNK_LEN = 1024 * 1024
-
-
-class Stream(FramedStream):
-    """One bidirectional stream to an authenticated peer.
-
-    ``peer_id`` comes from the Noise handshake of the underlying connection, so it is the
-    identity the remote proved, not one it claimed.
-    """
-
-    def __init__(self, raw: INetStream, peer_id: str, stats: PeerStats) -> None:
-        self._raw = raw
-        self.peer_id = peer_id
-        self._stats = stats
-
-    @property
-    def remote_address(self) -> tuple[str, int] | None:
-        return self._raw.get_remote_address()
-
-    async def read_some(self, max_bytes: int) -> bytes:
-        """Up to ``max_bytes`` (at least 1); no deadline of its own, callers set one."""
-        self._stats.check_budget(self._stats.budget_in, f"inbound byte budget for {self.peer_id}")
-        try:
-            data = await self._raw.read(max_bytes)
-        except StreamEOF as e:
-            raise StreamClosedError("stream closed by remote") from e
-        except StreamReset as e:
-            raise StreamClosedError("stream reset by remote") from e
-        except Exception as e:  # libp2p raises a zoo of errors on a dead connection
-            raise TransportError(f"read failed: {e!r}") from e
-        if not data:
-            raise StreamClosedError("stream closed by remote")
-        self._stats.moved(len(data), inbound=True)
-        return data
-
-    async def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Write all of ``data``; no deadline of its own, callers set one."""
-        view = memoryview(data)
-        # libp2p wants bytes: convert one slice at a time, so sending a 44 MB entry held as a
-        # view costs one chunk of extra memory, not a second copy of the entry; the budget
-        # is checked per chunk, so it is overdrawn by at most one.
-        for lo in range(0, len(view), WRITE_CHUNK_LEN):
-            self._stats.check_budget(self._stats.budget_out,
-                                     f"outbound byte budget for {self.peer_id}")
-            chunk = bytes(view[lo:lo + WRITE_CHUNK_LEN])
-            try:
-                await self._raw.write(chunk)
-            except (StreamEOF, StreamReset) as e:
-                raise StreamClosedError("stream closed by remote") from e
-            except Exception as e:
-                raise TransportError(f"write failed: {e!r}") from e
-            self._stats.moved(len(chunk), inbound=False)
-
-    async def close_write(self) -> None:
-        """Half-close: the remote reads EOF after our last frame; we can still read."""
-        with trio.move_on_after(STREAM_CLOSE_TIMEOUT_S):
-            try:
-                # NetStream has close_write, the INetStream interface does not declare it.
-                await self._raw.close_write()  # type: ignore[attr-defined]
-            except Exception as e:  # libp2p's muxer errors share no common base: wrap them all
-                raise TransportError(f"close_write failed: {e!r}") from e
-
-    async def close(self) -> None:
-        """Graceful close; never raises (a dead peer is no error at this point)."""
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + STREAM_CLOSE_TIMEOUT_S):
-            try:
-                await self._raw.close()
-            except Exception as e:  # noqa: BLE001 - teardown never raises (see docstring)
-                logger.debug("close of stream to %s failed: %r", self.peer_id, e)
-
-    async def reset(self) -> None:
-        """Abort the stream (the remote sees a reset); never raises."""
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + STREAM_CLOSE_TIMEOUT_S):
-            try:
-                await self._raw.reset()
-            except Exception as e:  # noqa: BLE001 - teardown never raises (see docstring)
-                logger.debug("reset of stream to %s failed: %r", self.peer_id, e)
-
 
 # --- identity ---------------------------------------------------------------------------
 # A node id is the libp2p peer id of its key: peerd.protocol.identity.node_id_of computes it
@@ -243,26 +149,14 @@ class Transport:
         admit: AdmitPeer | None = None,
         on_refused: PeerCallback | None = None,
     ) -> None:
-        _apply_library_mends()
+        apply_library_mends()
         key_pair = create_new_key_pair(seed_of(identity))
-        cap = config.max_lifetime_inbound_connections
-        high = min(ConnectionConfig.high_watermark, cap)
-        conn_config = ConnectionConfig(
-            # The inbound slots are max_connections - min_connections (mend 1). With the
-            # auto-connector off (mend 6) min/low watermarks mean nothing, so they are 0;
-            # high_watermark keeps governing pruning of *live* connections.
-            max_connections=cap,
-            min_connections=0,
-            low_watermark=0,
-            high_watermark=high,
-            dial_timeout=config.dial_timeout_s,
-        )
         noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
         self._host: IHost = new_host(
             key_pair=key_pair,
             sec_opt={NOISE_PROTOCOL_ID: noise},
             muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
-            connection_config=conn_config,
+            connection_config=connection_config(config),  # mends 1 and 6
             enable_mDNS=False,  # discovery is ours (peerd.net.discovery), not _p2p._udp
             # identify must not tell peers to dial /ip4/0.0.0.0: the host's addresses of the
             # moment instead, read at each identify, so they follow address changes.
@@ -271,13 +165,13 @@ class Transport:
         swarm = self._host.get_network()
         # One retry: the caller (gossip) owns the back-off policy, not the library.
         swarm.retry_config = RetryConfig(max_retries=1)  # type: ignore[attr-defined]
-        swarm.auto_connector.maybe_connect = _no_auto_connect  # type: ignore[attr-defined]
+        switch_off_auto_connector(swarm)  # mend 6
         self._admission = Admission(admit, on_refused,
                                     max_probation=config.max_probation_connections,
                                     probation_s=config.probation_s,
                                     close=self._close_connection)
-        if admit is not None:
-            self._bypass_limits_when_admitted(swarm)
+        if admit is not None:  # mend 8: members are never refused for want of a slot
+            bypass_limits_when_admitted(swarm, self._admission.admitted)
         self._host.set_stream_handler(TProtocol(PROTOCOL_ID), self._on_stream)
         self._host.get_network().register_notifee(_ConnectionEvents(self))
         self._handler = handler
@@ -290,21 +184,6 @@ class Transport:
         self.peer_id: str = str(self._host.get_id().to_base58())
 
     # -- admission (mend 8) --
-
-    def _bypass_limits_when_admitted(self, swarm: INetwork) -> None:
-        """Admitted peers skip py-libp2p's established-connection limits (per direction,
-        per peer, total): however many outsiders connect, a member is never refused for
-        want of a slot. Outsiders stay under the limits, and are closed besides."""
-        manager = getattr(swarm, "_resource_manager", None)
-        tracker = getattr(manager, "connection_tracker", None)
-        if tracker is None:  # no resource manager: no limits to bypass
-            return
-        bypassed = tracker.is_bypassed
-
-        def is_bypassed(peer_id: ID) -> bool:
-            return bool(bypassed(peer_id)) or self._admission.admitted(str(peer_id))
-
-        tracker.is_bypassed = is_bypassed
 
     async def _close_connection(self, conn: Hashable) -> None:
         """Close one connection (not the peer's others); its limiter slots go with it."""
@@ -461,7 +340,7 @@ class Transport:
     # -- inbound --
 
     async def _on_stream(self, raw: INetStream) -> None:
-        # Runs in libp2p's task: anything escaping here would take the whole host down.
+        # Runs in libp2p's task: anything escaping here would take the whole host down (mend 3).
         peer_id = "?"
         stats: PeerStats | None = None
         probation: Probation | None = None
@@ -550,59 +429,6 @@ def _concrete_multiaddrs(candidates: list[multiaddr.Multiaddr]) -> list[multiadd
     return [multiaddr.Multiaddr(a) for a in concrete_addrs([str(c) for c in candidates])]
 
 
-async def _no_auto_connect() -> None:
-    """Replaces the swarm's auto-connector (mend 6)."""
-
-
-_mends_applied = False
-
-
-def _apply_library_mends() -> None:
-    """Process-wide fixes to py-libp2p 0.8.1 module state (idempotent)."""
-    global _mends_applied
-    if _mends_applied:
-        return
-    # Dialling one address still sleeps this head start before returning; we pass only
-    # addresses we want tried in parallel anyway.
-    if hasattr(_libp2p_swarm, "_HAPPY_EYEBALLS_DELAY"):
-        _libp2p_swarm._HAPPY_EYEBALLS_DELAY = 0.0
-    # libp2p's logger has no handler and propagate=False (unless LIBP2P_DEBUG is set), so
-    # Python's last-resort handler prints its records to stderr: a routine disconnect
-    # during identify logs several ERROR tracebacks into journald. Demote them to DEBUG
-    # records of our own logger instead.
-    if not os.environ.get("LIBP2P_DEBUG"):  # set: the user asked for libp2p's own output
-        logging.getLogger("libp2p").addHandler(_DemoteToDebug())
-    _mends_applied = True
-
-
-class _DemoteToDebug(logging.Handler):
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            _libp2p_log.debug("%s %s: %s", record.levelname, record.name, record.getMessage())
-        except Exception:  # noqa: BLE001 - logging.Handler's contract: hand it to handleError
-            self.handleError(record)
-
-
-_libp2p_log = logging.getLogger("peerd.net.transport.libp2p")
-
-
-def _check_port_free(host: str, port: int) -> None:
-    """Fail if another socket listens on ``host:port``.
-
-    py-libp2p listens with SO_REUSEPORT (for hole punching), so a second daemon on the same
-    port would not fail: the kernel would split inbound connections between the two. A
-    probe bound *without* SO_REUSEPORT gets EADDRINUSE while any listener holds the port.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # REUSEADDR only: TIME_WAIT leftovers from our own previous run are no conflict.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as e:
-            raise TransportError(f"cannot listen on {host}:{port}: {e.strerror}") from e
-
-
 @asynccontextmanager
 async def open_transport(
     identity: IdentityKey,
@@ -628,7 +454,7 @@ async def open_transport(
     """
     cfg = config if config is not None else TransportConfig()
     if cfg.listen_port != 0:
-        _check_port_free(cfg.listen_host, cfg.listen_port)
+        check_port_free(cfg.listen_host, cfg.listen_port)
     transport = Transport(identity, handler, cfg, on_connected, on_disconnected, admit,
                           on_refused)
     listen = multiaddr.Multiaddr(tcp_multiaddr(cfg.listen_host, cfg.listen_port))
@@ -646,5 +472,5 @@ async def open_transport(
                     transport._admission.tasks = None
                     await transport._close()
     finally:
-        # Also on a failed start: host.run() alone leaks the listener and connections.
+        # Also on a failed start: host.run() alone leaks the listener and connections (mend 2).
         await transport._close()

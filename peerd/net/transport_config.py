@@ -1,9 +1,10 @@
 """The transport's settings, limits, deadlines and per-peer counters, as plain Python.
 
 :mod:`peerd.net.transport` runs the libp2p host under these and re-exports what callers use;
-keeping the plain-Python parts apart keeps that module (the only one importing libp2p)
-about the host itself. This module must not import libp2p nor open sockets (the port probe
-lives with the host, in :mod:`peerd.net.transport`); its only I/O is reading the clock.
+keeping the plain-Python parts apart keeps that module (with :mod:`peerd.net.stream` and
+:mod:`peerd.net.mends`, the only ones importing libp2p) about the host itself. This module
+must not import libp2p nor open sockets (the port probe is one of the mends, in
+:mod:`peerd.net.mends`); its only I/O is reading the clock.
 """
 
 from __future__ import annotations

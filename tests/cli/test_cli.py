@@ -17,7 +17,13 @@ from peerd.daemon.config import load_config
 from peerd.protocol.identity import node_id_of
 from peerd.store.keyfile import NODE_KEY_FILE, read_private_key
 from peerd.store.statedir import Counters, StateDir
-from tests.daemon.helpers import ADMIN_HEX, FLEET_HEX, running_server, sample_status
+from tests.daemon.helpers import (
+    ADMIN_HEX,
+    FLEET_HEX,
+    fleet_config,
+    running_server,
+    sample_status,
+)
 
 # Wide enough that rich does not wrap the ids the assertions look for.
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -227,16 +233,13 @@ def test_a_config_with_only_the_fleet_section_starts_and_waits_for_a_manifest(
 ) -> None:
     import dataclasses
 
-    from peerd.daemon.daemon import Daemon, DaemonError
+    from peerd.daemon.daemon import Daemon
+    from peerd.daemon.startup import DaemonError
 
-    info = json.loads((make_fleet(tmp_path) / "fleet.json").read_text())
+    fleet = make_fleet(tmp_path)
     state = tmp_path / "st"
     assert runner.invoke(app, ["keygen", "--state-dir", str(state)]).exit_code == 0
-    cfg_file = tmp_path / "peerd.toml"
-    cfg_file.write_text(f'[fleet]\nadmin_public_key = "{info["admin_public_key"]}"\n'
-                        f'fleet_id = "{info["fleet_id"]}"\n')
-    cfg = load_config(cfg_file)
-    cfg = dataclasses.replace(cfg, node=dataclasses.replace(cfg.node, state_dir=state))
+    cfg = fleet_config(tmp_path, fleet, state)
     with caplog.at_level("WARNING"):
         daemon = Daemon(cfg)
     assert daemon.node.manifest.seq == 0

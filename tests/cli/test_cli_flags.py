@@ -14,12 +14,11 @@ from peerd.cli.app import app
 from peerd.cli.status import EXIT_ERROR, EXIT_NOT_RUNNING
 from peerd.control.server import Operations, dispatch
 from peerd.control.status import Status
-from peerd.daemon.config import load_config
 from peerd.protocol.identity import node_id_of, private_key_from_seed
 from peerd.protocol.ledger import Held, LedgerView
 from peerd.store import ledgerfile
 from peerd.store.statedir import StateDir
-from tests.daemon.helpers import running_server, sample_status
+from tests.daemon.helpers import fleet_config, running_server, sample_status
 
 runner = CliRunner(env={"COLUMNS": "200"})
 X = node_id_of(private_key_from_seed(b"\x05" * 32))
@@ -113,14 +112,9 @@ def test_the_daemon_restores_its_flags_and_persists_a_clear(tmp_path: Path) -> N
 
     fleet = tmp_path / "fleet"
     assert runner.invoke(app, ["fleet", "init", str(fleet)]).exit_code == 0
-    info = json.loads((fleet / "fleet.json").read_text())
     state = tmp_path / "st"
     assert runner.invoke(app, ["keygen", "--state-dir", str(state)]).exit_code == 0
-    cfg_file = tmp_path / "peerd.toml"
-    cfg_file.write_text(f'[fleet]\nadmin_public_key = "{info["admin_public_key"]}"\n'
-                        f'fleet_id = "{info["fleet_id"]}"\n')
-    cfg = load_config(cfg_file)
-    cfg = dataclasses.replace(cfg, node=dataclasses.replace(cfg.node, state_dir=state))
+    cfg = fleet_config(tmp_path, fleet, state)
     first = Daemon(cfg)
     first.node.ledger.flag(X)
     first.node.ledger.record(Y, 7, DIGEST, 1_800_000_000.0)

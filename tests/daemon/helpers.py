@@ -1,7 +1,10 @@
-"""Shared test helpers: a real control server on a trio loop in a background thread."""
+"""Shared test helpers: a real control server on a trio loop in a background thread, and a
+daemon configuration for a fleet made by `peerd fleet init`."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +15,7 @@ import trio
 
 from peerd.control.server import ControlServer, StatusProvider
 from peerd.control.status import CacheRow, ConfigStatus, NodeStatus, PeerRow, Status
+from peerd.daemon.config import Config, load_config
 
 ADMIN_HEX = "11" * 32
 FLEET_HEX = "22" * 16
@@ -42,6 +46,20 @@ def sample_status(round_: int = 3) -> Status:
         dropped={},
         flagged=(),
     )
+
+
+def fleet_config(tmp_path: Path, fleet: Path, state: Path, *,
+                 with_manifest: bool = False) -> Config:
+    """A configuration with the ``[fleet]`` section only (from ``fleet/fleet.json``; with
+    ``with_manifest``, its signed manifest too), written to ``tmp_path/peerd.toml``, for a
+    node whose state directory is ``state``."""
+    info = json.loads((fleet / "fleet.json").read_text())
+    manifest = f'manifest = "{fleet / "manifest.peerd"}"\n' if with_manifest else ""
+    cfg_file = tmp_path / "peerd.toml"
+    cfg_file.write_text(f'[fleet]\nadmin_public_key = "{info["admin_public_key"]}"\n'
+                        f'fleet_id = "{info["fleet_id"]}"\n{manifest}')
+    cfg = load_config(cfg_file)
+    return dataclasses.replace(cfg, node=dataclasses.replace(cfg.node, state_dir=state))
 
 
 @contextmanager

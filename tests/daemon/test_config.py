@@ -241,7 +241,7 @@ def test_peer_byte_budget_fits_one_full_session_and_scales_with_the_round() -> N
     import torch
 
     from peerd.core.entry import Schema
-    from peerd.daemon.daemon import SESSION_CONTROL_BYTES, peer_byte_budget
+    from peerd.daemon.startup import SESSION_CONTROL_BYTES, peer_byte_budget
     from peerd.node.state import wire_schema
     from peerd.protocol.admission import entry_frame_limit
 

@@ -5,8 +5,6 @@ in, and how a connection closed without a session is counted. A real ``Daemon`` 
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -14,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from peerd.cli.app import app
-from peerd.daemon.config import load_config
 from peerd.daemon.daemon import Daemon
 from peerd.node.peers import PeerTable
+from tests.daemon.helpers import fleet_config
 
 runner = CliRunner(env={"COLUMNS": "200"})
 STRANGER = "12D3KooWHrSJFRHKPKfFrEJFS3wxJZoR6V95nzTRkHsnQ1MxDjz4"
@@ -34,18 +32,12 @@ def _daemon(tmp_path: Path, *, with_manifest: bool = True) -> tuple[Daemon, str,
     """(daemon, a member's id, a revoked member's id)."""
     fleet = tmp_path / "fleet"
     assert runner.invoke(app, ["fleet", "init", str(fleet)]).exit_code == 0
-    info = json.loads((fleet / "fleet.json").read_text())
     state = tmp_path / "st"
     ids = [_keygen(state), _keygen(tmp_path / "m"), _keygen(tmp_path / "r")]
     for node_id in ids:
         assert runner.invoke(app, ["fleet", "admit", "--fleet", str(fleet), node_id]).exit_code == 0
     assert runner.invoke(app, ["fleet", "revoke", "--fleet", str(fleet), ids[2]]).exit_code == 0
-    manifest = f'manifest = "{fleet / "manifest.peerd"}"\n' if with_manifest else ""
-    cfg_file = tmp_path / "peerd.toml"
-    cfg_file.write_text(f'[fleet]\nadmin_public_key = "{info["admin_public_key"]}"\n'
-                        f'fleet_id = "{info["fleet_id"]}"\n{manifest}')
-    cfg = load_config(cfg_file)
-    cfg = dataclasses.replace(cfg, node=dataclasses.replace(cfg.node, state_dir=state))
+    cfg = fleet_config(tmp_path, fleet, state, with_manifest=with_manifest)
     return Daemon(cfg), ids[1], ids[2]
 
 

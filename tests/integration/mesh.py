@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,3 +142,17 @@ def audit(node: Node) -> list[dict[str, Any]]:
 def cached_origins(node: Node) -> set[str]:
     s = node.status()
     return {c["origin"] for c in s["cache"]} if s else set()
+
+
+def start(nodes: Iterable[Node], running: list[Node]) -> None:
+    """Start ``nodes``, each recorded in ``running`` (the fixture that stops them)."""
+    for node in nodes:
+        node.start()
+        running.append(node)
+
+
+def status(node: Node) -> dict[str, Any]:
+    """The node's status, which it must answer (else the failure shows its log)."""
+    s = node.status()
+    assert s is not None, f"{node.name} does not answer status:\n{node.logs()[-2000:]}"
+    return s

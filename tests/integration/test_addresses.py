@@ -7,29 +7,20 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from peerd.net.addrs import ADDRESS_POLL_S
-from tests.integration.mesh import STARTUP_TIMEOUT_S, Node, cached_origins, make_fleet, wait_for
+from tests.integration.mesh import (
+    STARTUP_TIMEOUT_S,
+    Node,
+    cached_origins,
+    make_fleet,
+    start,
+    status,
+    wait_for,
+)
 from tests.net.netns import IP_CMD_TIMEOUT_S, SUBNET, NetnsHost
-
-
-@pytest.fixture
-def running() -> Iterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        node.stop()
-
-
-def _status(node: Node) -> dict[str, Any]:
-    s = node.status()
-    assert s is not None, node.logs()[-3000:]
-    return s
 
 
 def test_a_daemon_is_found_at_its_new_address_and_its_entries_keep_flowing(
@@ -38,13 +29,11 @@ def test_a_daemon_is_found_at_its_new_address_and_its_entries_keep_flowing(
     hosts = lan(2)
     a, b = make_fleet(tmp_path, 2, hosts=hosts, mdns=True, base_port=4011,
                       learning={"local_steps": 3})
-    for node in (a, b):
-        node.start()
-        running.append(node)
+    start((a, b), running)
     wait_for(lambda: a.id in cached_origins(b) and b.id in cached_origins(a),
              STARTUP_TIMEOUT_S + 30, "mDNS discovery and an entry swap both ways", [a, b])
     # Item 10: bound to 0.0.0.0, the status lists where the node is reachable.
-    assert _status(a)["node"]["listen"] == [f"/ip4/{hosts[0].address}/tcp/{a.port}"]
+    assert status(a)["node"]["listen"] == [f"/ip4/{hosts[0].address}/tcp/{a.port}"]
 
     new = f"{SUBNET}.101"
     ns = hosts[0]
@@ -57,7 +46,7 @@ def test_a_daemon_is_found_at_its_new_address_and_its_entries_keep_flowing(
     changed = time.time()
 
     def b_knows_the_new_address() -> bool:
-        peer = next((p for p in _status(b)["peers"] if p["id"] == a.id), None)
+        peer = next((p for p in status(b)["peers"] if p["id"] == a.id), None)
         return peer is not None and any(f"/ip4/{new}/" in addr for addr in peer["addrs"])
 
     wait_for(b_knows_the_new_address, ADDRESS_POLL_S + 15, "b to learn a's new address",
@@ -65,10 +54,10 @@ def test_a_daemon_is_found_at_its_new_address_and_its_entries_keep_flowing(
 
     def b_has_a_fresh_entry_of_a() -> bool:
         return any(c["origin"] == a.id and c["created_at"] > changed
-                   and c["received_from"] == a.id for c in _status(b)["cache"])
+                   and c["received_from"] == a.id for c in status(b)["cache"])
 
     wait_for(b_has_a_fresh_entry_of_a, 60, "an entry a made after the change to reach b",
              [a, b])
-    assert _status(a)["node"]["listen"] == [f"/ip4/{new}/tcp/{a.port}"]
-    peer = next(p for p in _status(b)["peers"] if p["id"] == a.id)
+    assert status(a)["node"]["listen"] == [f"/ip4/{new}/tcp/{a.port}"]
+    peer = next(p for p in status(b)["peers"] if p["id"] == a.id)
     assert all(f"/ip4/{ns.address}/" not in addr for addr in peer["addrs"]), peer

@@ -14,7 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from tests.integration.mesh import (
     cached_origins,
     make_fleet,
     peerd,
+    start,
+    status,
     wait_for,
     write_overrides,
 )
@@ -42,26 +44,6 @@ pytestmark = pytest.mark.integration
 #: Fewer SGD steps than the default: these scenarios test gossip, not learning, and the CI
 #: machine has two cores for up to six daemons.
 LIGHT = {"local_steps": 3}
-
-
-@pytest.fixture
-def running() -> Iterator[list[Node]]:
-    """Nodes appended here are stopped at teardown: SIGTERM to all first, then wait, so a
-    six-node test does not pay six shutdowns in a row. Request it after ``lan``/``net`` so
-    daemons stop before their namespaces are deleted."""
-    started: list[Node] = []
-    yield started
-    for node in started:
-        if node.proc is not None and node.proc.poll() is None:
-            node.proc.send_signal(signal.SIGTERM)
-    for node in started:
-        node.stop()
-
-
-def start(nodes: list[Node], running: list[Node]) -> None:
-    for node in nodes:
-        node.start()
-        running.append(node)
 
 
 def is_ready(node: Node) -> bool:
@@ -77,12 +59,6 @@ def is_ready(node: Node) -> bool:
 def wait_ready(nodes: list[Node]) -> None:
     wait_for(lambda: all(is_ready(n) for n in nodes), STARTUP_TIMEOUT_S,
              "all daemons to be ready", nodes)
-
-
-def status(node: Node) -> dict[str, Any]:
-    s = node.status()
-    assert s is not None, f"{node.name} does not answer status:\n{node.logs()[-2000:]}"
-    return s
 
 
 def entry(s: dict[str, Any], origin: str) -> dict[str, Any]:

@@ -13,15 +13,21 @@ with a timeout, never slept.
 from __future__ import annotations
 
 import shutil
-import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from peerd.store.statedir import Counters, StateDir
-from tests.integration.mesh import STARTUP_TIMEOUT_S, Node, audit, make_fleet, wait_for
+from tests.integration.mesh import (
+    STARTUP_TIMEOUT_S,
+    Node,
+    audit,
+    make_fleet,
+    start,
+    status,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -31,17 +37,6 @@ HISTORY = 500
 #: From the restarted node's start to its entry at the peer: a gossip sweep (~3 s) to learn
 #: its own version back, a round (1 s) to publish past it, a sweep to deliver it.
 ACCEPTED_WITHIN_S = 60.0
-
-
-@pytest.fixture
-def running() -> Iterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        if node.proc is not None and node.proc.poll() is None:
-            node.proc.send_signal(signal.SIGTERM)
-    for node in started:
-        node.stop()
 
 
 def held_version(holder: Node, origin: str) -> int | None:
@@ -66,9 +61,7 @@ def test_a_node_restarted_with_an_empty_state_dir_is_accepted_on_its_next_publis
     a, b = make_fleet(tmp_path, 2, base_port=47800, learning={"local_steps": 3})
     # a has a long history: its counters as a daemon that ran HISTORY rounds leaves them.
     StateDir(a.dir).save_counters(Counters(round=HISTORY, version=HISTORY))
-    for node in (a, b):
-        node.start()
-        running.append(node)
+    start((a, b), running)
     wait_for(lambda: (held_version(b, a.id) or 0) > HISTORY, STARTUP_TIMEOUT_S,
              "b to hold one of a's entries", [a, b])
     a.stop()
@@ -87,9 +80,7 @@ def test_a_node_restarted_with_an_empty_state_dir_is_accepted_on_its_next_publis
              f"b to accept a's next entry (newer than {held})", [a, b])
     print(f"\nstate loss: a's next entry accepted {time.monotonic() - restarted:.1f} s after "
           f"its restart (it had published {held} versions)")
-    sa, sb = a.status(), b.status()
-    assert sa is not None
-    assert sb is not None
+    sa, sb = status(a), status(b)
     # a learnt its own version back from b (its entry fetched, verified, not cached) ...
     assert sa["dropped"].get("own_origin", 0) >= 1
     assert a.id not in {c["origin"] for c in sa["cache"]}

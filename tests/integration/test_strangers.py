@@ -9,9 +9,7 @@ a non-member in ``static_peers`` must be dialled with backoff rather than every 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,6 +22,8 @@ from tests.integration.mesh import (
     audit,
     cached_origins,
     make_fleet,
+    start,
+    status,
     wait_for,
     write_overrides,
 )
@@ -34,20 +34,6 @@ pytestmark = pytest.mark.integration
 #: The issue's flood: 300 stranger connections held open.
 FLOOD = 300
 LIGHT = {"local_steps": 3}
-
-
-@pytest.fixture
-def running() -> Iterator[list[Node]]:
-    started: list[Node] = []
-    yield started
-    for node in started:
-        node.stop()
-
-
-def status(node: Node) -> dict[str, Any]:
-    s = node.status()
-    assert s is not None, f"{node.name} does not answer status:\n{node.logs()[-2000:]}"
-    return s
 
 
 def ready_at(node: Node) -> float | None:
@@ -79,9 +65,7 @@ def test_strangers_neither_lock_a_member_out_nor_enter_the_table(
     write_overrides(a.config, network={"static_peers": [outsider.multiaddr()]})
     write_overrides(b.config, network={"static_peers": [a.multiaddr()]})
     write_overrides(outsider.config, network={"static_peers": []})
-    for node in (a, outsider):
-        node.start()
-        running.append(node)
+    start((a, outsider), running)
     wait_for(lambda: ready_at(a) is not None and (a.status() or {}).get("node", {})
              .get("published_version") is not None, STARTUP_TIMEOUT_S,
              "a to be ready and to publish", [a, outsider])
@@ -95,8 +79,7 @@ def test_strangers_neither_lock_a_member_out_nor_enter_the_table(
                  "a to refuse the strangers' connections", [a])
         assert not strangers & {p["id"] for p in status(a)["peers"]}
         # A member joins now, while the strangers hold on.
-        b.start()
-        running.append(b)
+        start((b,), running)
         wait_for(lambda: a.id in cached_origins(b), STARTUP_TIMEOUT_S,
                  "b to start and cache a's entry", [a, b])
         # From b's `ready` (transport, gossip loop running) to a's entry in b's cache, both

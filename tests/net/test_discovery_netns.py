@@ -2,76 +2,41 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from peerd.net.addrs import ADDRESS_POLL_S
-from peerd.protocol.identity import node_id_of
+from tests.net.mdns_procs import (
+    SCENARIO_TIMEOUT_S,
+    finish,
+    processes,
+    read_until,
+    seed_and_id,
+    start_node,
+)
 from tests.net.netns import IP_CMD_TIMEOUT_S, SUBNET, NetnsHost
-
-NODE = str(Path(__file__).with_name("mdns_node.py"))
-#: Whole-scenario bound: start-up (~3 s of imports + mDNS probing) and discovery.
-SCENARIO_TIMEOUT_S = 60
-
-
-def _seed_and_id() -> tuple[str, str]:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    seed = os.urandom(32)
-    return seed.hex(), node_id_of(Ed25519PrivateKey.from_private_bytes(seed))
-
-
-def _start(h: NetnsHost, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        h.python(NODE, *args),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[2],
-    )
-
-
-def _finish(p: subprocess.Popen[str]) -> dict[str, Any]:
-    # communicate() also closes stdin, which is what ends a --until-eof node.
-    out, err = p.communicate(timeout=SCENARIO_TIMEOUT_S)
-    assert p.returncode == 0, err[-3000:]
-    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    done: dict[str, Any] = events[-1]
-    assert done["event"] == "done", out
-    done["events"] = events
-    return done
 
 
 def test_two_nodes_find_each_other_and_ignore_another_fleet(
     lan: Callable[[int], list[NetnsHost]],
 ) -> None:
     h_a, h_b, h_c = lan(3)
-    (seed_a, id_a), (seed_b, id_b), (seed_c, id_c) = (_seed_and_id() for _ in range(3))
-    procs: list[subprocess.Popen[str]] = []
-    try:
+    (seed_a, id_a), (seed_b, id_b), (seed_c, id_c) = (seed_and_id() for _ in range(3))
+    with processes() as procs:
         # c (another fleet) first, on all interfaces; it stays until its stdin is closed.
-        c = _start(h_c, "--seed", seed_c, "--fleet", "fleet-other", "--until-eof")
+        c = start_node(h_c, "--seed", seed_c, "--fleet", "fleet-other", "--until-eof")
         procs.append(c)
         # a stays until b is done (b dials a too); b leaves soon after both exchanges.
-        a = _start(h_a, "--seed", seed_a, "--fleet", "fleet-x", "--iface", "eth0",
-                   "--expect", "1", "--dial", "--until-eof")
+        a = start_node(h_a, "--seed", seed_a, "--fleet", "fleet-x", "--iface", "eth0",
+                       "--expect", "1", "--dial", "--until-eof")
         procs.append(a)
-        b = _start(h_b, "--seed", seed_b, "--fleet", "fleet-x", "--iface", "eth0",
-                   "--expect", "1", "--dial", "--linger", "0.5")
+        b = start_node(h_b, "--seed", seed_b, "--fleet", "fleet-x", "--iface", "eth0",
+                       "--expect", "1", "--dial", "--linger", "0.5")
         procs.append(b)
-        rb = _finish(b)
-        ra, rc = _finish(a), _finish(c)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        rb = finish(b)
+        ra, rc = finish(a), finish(c)
 
     assert ra["found"] == [id_b]
     assert rb["found"] == [id_a]
@@ -96,24 +61,6 @@ def test_two_nodes_find_each_other_and_ignore_another_fleet(
 def _ip_netns(host: NetnsHost, *args: str) -> None:
     subprocess.run(["ip", "-n", host.name, *args], check=True, capture_output=True,
                    timeout=IP_CMD_TIMEOUT_S)
-
-
-def _read_until(p: subprocess.Popen[str], events: list[dict[str, Any]],
-                want: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    """Read ``p``'s JSON lines into ``events`` up to the first that ``want``s (the node's own
-    --deadline bounds the wait: it prints "done" and exits)."""
-    assert p.stdout is not None
-    for line in p.stdout:
-        if not line.startswith("{"):
-            continue
-        event: dict[str, Any] = json.loads(line)
-        events.append(event)
-        if want(event):
-            return event
-        if event["event"] == "done":
-            break
-    err = p.stderr.read() if p.stderr else ""
-    raise AssertionError(f"not seen; events: {events}; stderr: {err[-3000:]}")
 
 
 def _mdns_a_records(via: NetnsHost, name: str, server: str) -> list[str]:
@@ -146,17 +93,16 @@ def test_a_node_whose_address_changes_is_found_and_reached_at_the_new_one(
     # Linux deletes the secondaries of a subnet along with its primary).
     h_a, h_b = lan(2)
     new = f"{SUBNET}.101"
-    (seed_a, id_a), (seed_b, _) = _seed_and_id(), _seed_and_id()
-    procs: list[subprocess.Popen[str]] = []
+    (seed_a, id_a), (seed_b, _) = seed_and_id(), seed_and_id()
     events: list[dict[str, Any]] = []
-    try:
-        a = _start(h_a, "--seed", seed_a, "--fleet", "fleet-x", "--until-eof",
-                   "--deadline", str(SCENARIO_TIMEOUT_S))
+    with processes() as procs:
+        a = start_node(h_a, "--seed", seed_a, "--fleet", "fleet-x", "--until-eof",
+                       "--deadline", str(SCENARIO_TIMEOUT_S))
         procs.append(a)
-        b = _start(h_b, "--seed", seed_b, "--fleet", "fleet-x", "--expect", "1", "--dial",
-                   "--expect-address", new, "--deadline", str(SCENARIO_TIMEOUT_S))
+        b = start_node(h_b, "--seed", seed_b, "--fleet", "fleet-x", "--expect", "1", "--dial",
+                       "--expect-address", new, "--deadline", str(SCENARIO_TIMEOUT_S))
         procs.append(b)
-        first = _read_until(b, events, lambda e: e["event"] == "exchanged")
+        first = read_until(b, events, lambda e: e["event"] == "exchanged")
         assert first["peer"] == id_a
         assert first["ok"]
         assert next(e for e in events if e["event"] == "peer")["addresses"] == [h_a.address]
@@ -167,9 +113,9 @@ def test_a_node_whose_address_changes_is_found_and_reached_at_the_new_one(
         _ip_netns(h_a, "addr", "add", f"{new}/24", "dev", "eth0")
         _ip_netns(h_a, "addr", "del", f"{h_a.address}/24", "dev", "eth0")
         changed = time.monotonic()
-        moved = _read_until(b, events, lambda e: e["event"] == "peer" and new in e["addresses"])
+        moved = read_until(b, events, lambda e: e["event"] == "peer" and new in e["addresses"])
         found_after = time.monotonic() - changed
-        reached = _read_until(b, events, lambda e: e.get("via") == new)
+        reached = read_until(b, events, lambda e: e.get("via") == new)
         # Within one look at the interfaces and an announcement (plus a loaded machine).
         assert found_after < ADDRESS_POLL_S + 10, found_after
         assert moved["id"] == id_a
@@ -177,13 +123,8 @@ def test_a_node_whose_address_changes_is_found_and_reached_at_the_new_one(
         assert reached["ok"]
         # Asked directly, the node answers with the new address only.
         assert _mdns_a_records(h_b, f"{id_a}.local.", new) == [new]
-        _finish(b)
-        _finish(a)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        finish(b)
+        finish(a)
 
 
 #: Listens for mDNS responses (announcements) naming argv[1] on 224.0.0.251, from the address
@@ -216,13 +157,12 @@ def test_a_node_announces_itself_again_when_its_link_comes_back_up(
     # the node meanwhile (or joined the link then) heard of it again only by querying.
     # An independent listener (no zeroconf) on the other host hears the announcement.
     h_a, h_b = lan(2)
-    seed_a, id_a = _seed_and_id()
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        a = _start(h_a, "--seed", seed_a, "--fleet", "fleet-x", "--until-eof",
-                   "--deadline", str(SCENARIO_TIMEOUT_S))
+    seed_a, id_a = seed_and_id()
+    with processes() as procs:
+        a = start_node(h_a, "--seed", seed_a, "--fleet", "fleet-x", "--until-eof",
+                       "--deadline", str(SCENARIO_TIMEOUT_S))
         procs.append(a)
-        _read_until(a, [], lambda e: e["event"] == "ready")
+        read_until(a, [], lambda e: e["event"] == "ready")
         _ip_netns(h_a, "link", "set", "eth0", "down")
         # The fault itself: down for longer than one look at the links, so A sees it.
         time.sleep(1.5 * ADDRESS_POLL_S)
@@ -239,9 +179,4 @@ def test_a_node_announces_itself_again_when_its_link_comes_back_up(
         after = time.monotonic() - up
         assert heard == "announce", listener.stderr.read() if listener.stderr else ""
         assert after < ADDRESS_POLL_S + 5, after
-        _finish(a)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        finish(a)

@@ -22,7 +22,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from peerd.daemon.daemon import GOSSIP_INTERVAL_S
 from peerd.net.transport import (
     Stream,
-    StreamClosedError,
     Transport,
     TransportConfig,
     TransportError,
@@ -32,31 +31,16 @@ from peerd.net.transport import (
 )
 from peerd.net.transport_config import MAX_PROBATION_CONNECTIONS
 from peerd.protocol.identity import node_id_of
+from tests.net.hosts import echo, host, run
 from tests.net.strangers import strangers
 
-#: Every test body runs under this deadline, so a hang fails instead of stalling CI.
+#: Every test body here runs under this deadline (the floods need more than the default of
+#: tests.net.hosts), so a hang fails instead of stalling CI.
 TEST_DEADLINE_S = 60.0
 #: The flood of the issue's done-when: 300 stranger connections held open.
 FLOOD = 300
 #: What py-libp2p 0.8.1's resource manager lets in (ConnectionLimits.max_established_inbound).
 LIBP2P_INBOUND_LIMIT = 256
-
-
-def run(fn: Callable[[], Awaitable[None]]) -> None:
-    async def main() -> None:
-        with trio.fail_after(TEST_DEADLINE_S):
-            await fn()
-
-    trio.run(main)
-
-
-async def echo(stream: Stream) -> None:
-    while True:
-        try:
-            data = await read_frame(stream, 1024)
-        except StreamClosedError:
-            return
-        await write_frame(stream, data)
 
 
 class Target:
@@ -133,8 +117,7 @@ def test_a_strangers_connection_is_closed_right_after_the_handshake() -> None:
             # A stranger that is a whole libp2p host and opens a stream at once gets no
             # session either: its stream dies with the connection.
             outsider_key = Ed25519PrivateKey.generate()
-            async with open_transport(outsider_key, echo,
-                                      TransportConfig(listen_host="127.0.0.1")) as outsider:
+            async with host(key=outsider_key) as outsider:
                 try:
                     async with outsider.open_stream(tg.t.peer_id, [tg.addr]) as st:
                         await write_frame(st, b"let me in")
@@ -149,14 +132,13 @@ def test_a_strangers_connection_is_closed_right_after_the_handshake() -> None:
             # A member is let in and stays connected.
             member_key = Ed25519PrivateKey.generate()
             tg.members.add(node_id_of(member_key))
-            async with open_transport(member_key, echo,
-                                      TransportConfig(listen_host="127.0.0.1")) as member:
+            async with host(key=member_key) as member:
                 await exchange(member, tg)
                 assert tg.t.is_connected(member.peer_id)
                 assert served == [member.peer_id]
             assert tg.t.refused_connections == 2
 
-    run(body)
+    run(body, TEST_DEADLINE_S)
 
 
 def test_300_strangers_held_open_do_not_lock_a_member_out() -> None:
@@ -174,8 +156,7 @@ def test_300_strangers_held_open_do_not_lock_a_member_out() -> None:
                 assert tg.t.probation_count() == MAX_PROBATION_CONNECTIONS
                 member_key = Ed25519PrivateKey.generate()
                 tg.members.add(node_id_of(member_key))
-                async with open_transport(member_key, echo,
-                                          TransportConfig(listen_host="127.0.0.1")) as member:
+                async with host(key=member_key) as member:
                     took = await exchange(member, tg)
                     assert took < GOSSIP_INTERVAL_S, f"{took:.2f} s"
                     # Probation ends with no session: those are closed too, and counted.
@@ -190,7 +171,7 @@ def test_300_strangers_held_open_do_not_lock_a_member_out() -> None:
                     # Still in, after all of it.
                     assert await exchange(member, tg) < GOSSIP_INTERVAL_S
 
-    run(body)
+    run(body, TEST_DEADLINE_S)
 
 
 @pytest.mark.parametrize("limit", [
@@ -219,13 +200,12 @@ def test_admitted_peers_bypass_the_libp2p_connection_limits(limit: int) -> None:
                         await s.wait_closed()
                 member_key = Ed25519PrivateKey.generate()
                 tg.members.add(node_id_of(member_key))
-                async with open_transport(member_key, echo,
-                                          TransportConfig(listen_host="127.0.0.1")) as member:
+                async with host(key=member_key) as member:
                     assert await exchange(member, tg) < GOSSIP_INTERVAL_S
                     assert tg.t.is_connected(member.peer_id)
                 assert sum(1 for s in flood if not s.closed_by_target) == limit
 
-    run(body)
+    run(body, TEST_DEADLINE_S)
 
 
 def test_a_newcomer_admitted_during_its_probation_session_stays_connected() -> None:
@@ -239,10 +219,7 @@ def test_a_newcomer_admitted_during_its_probation_session_stays_connected() -> N
 
         async with target(handler, probation_s=60.0) as tg:
             assert tg.t is not None
-            keys = [Ed25519PrivateKey.generate() for _ in range(2)]
-            config = TransportConfig(listen_host="127.0.0.1")
-            async with open_transport(keys[0], echo, config) as newcomer, \
-                    open_transport(keys[1], echo, config) as outsider:
+            async with host() as newcomer, host() as outsider:
                 for peer, says in ((newcomer, b"my manifest admits me"), (outsider, b"hi")):
                     async with peer.open_stream(tg.t.peer_id, [tg.addr]) as s:
                         await write_frame(s, says)
@@ -259,4 +236,4 @@ def test_a_newcomer_admitted_during_its_probation_session_stays_connected() -> N
                     assert bytes(await read_frame(s, 1024)) == b"ok"
                 assert newcomer.peer_id not in tg.disconnected
 
-    run(body)
+    run(body, TEST_DEADLINE_S)

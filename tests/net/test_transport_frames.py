@@ -310,8 +310,8 @@ def test_libp2p_log_noise_is_demoted_not_printed() -> None:
     # what happens in the daemon (Python's last-resort handler printing to stderr).
     code = (
         "import logging, sys\n"
-        "from peerd.net.transport import _apply_library_mends\n"
-        "_apply_library_mends()\n"
+        "from peerd.net.mends import apply_library_mends\n"
+        "apply_library_mends()\n"
         "logging.basicConfig(stream=sys.stdout, level=logging.DEBUG,\n"
         "                    format='%(name)s %(levelname)s %(message)s')\n"
         "logging.getLogger('libp2p.stream_muxer.yamux').error('routine disconnect %d', 7)\n"
@@ -343,7 +343,8 @@ def test_framing_works_over_any_byte_stream() -> None:
 
 
 def test_framing_module_does_not_import_libp2p() -> None:
-    # peerd.net.transport must stay the only module that pulls libp2p in.
+    # The libp2p shell (peerd.net.transport, .stream, .mends) must stay the only modules that
+    # pull libp2p in.
     code = ("import sys, peerd.net.framing, peerd.net.transport_config\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'libp2p'))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

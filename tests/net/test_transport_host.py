@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -27,38 +25,7 @@ from peerd.net.transport import (
     write_frame,
 )
 from peerd.protocol.identity import node_id_of
-
-LOOPBACK = TransportConfig(listen_host="127.0.0.1")
-#: Every test body runs under this deadline, so a hang fails instead of stalling CI.
-TEST_DEADLINE_S = 30.0
-
-
-def run(fn: Callable[[], Awaitable[None]]) -> None:
-    async def main() -> None:
-        with trio.fail_after(TEST_DEADLINE_S):
-            await fn()
-
-    trio.run(main)
-
-
-async def echo(stream: Stream) -> None:
-    """Echo frames until the remote half-closes."""
-    while True:
-        try:
-            data = await read_frame(stream, 1 << 20)
-        except StreamClosedError:
-            return
-        await write_frame(stream, data)
-
-
-@asynccontextmanager
-async def host(
-    handler: Callable[[Stream], Awaitable[None]] = echo,
-    config: TransportConfig = LOOPBACK,
-    key: Ed25519PrivateKey | None = None,
-) -> AsyncIterator[Transport]:
-    async with open_transport(key or Ed25519PrivateKey.generate(), handler, config) as t:
-        yield t
+from tests.net.hosts import LOOPBACK, echo, host, run
 
 
 def free_port() -> int:
