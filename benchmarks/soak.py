@@ -1,0 +1,99 @@
+"""The soak and fault suite, long form (issue 12): real daemons in network namespaces for
+``--minutes``, faults on a schedule, invariants after each fault and at the end.
+
+    .venv/bin/python -m benchmarks.soak --minutes 30 --json docs/reliability/soak-30min.json
+
+Needs root and iproute2 (namespaces; mDNS never leaves them). What it runs and checks is
+tests/integration/soak.py (the CI test tests/integration/test_soak.py runs a short version);
+docs/reliability.md reports the figures of the committed 30-minute run. Exit status 1 when an
+invariant failed (the JSON says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from peerd.mesh.netns import unavailable
+from tests.integration.soak import SoakConfig, run_soak, verdict
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines += ["| " + " | ".join("–" if c is None else str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render(f: dict[str, Any]) -> str:
+    """The figures of one run as the Markdown tables of docs/reliability.md."""
+    budget = f["convergence_budget_s"]
+    conv = _table(["fault", "count", f"re-converged within {budget:g} s", "median s", "max s",
+                   "not re-converged"],
+                  [[k, c["count"], c["within_budget"], c["median_s"], c["max_s"],
+                    c["not_converged"]] for k, c in sorted(f["convergence"].items())])
+    e = f["entries"]
+    refused = _table(["reason", "kind", "count"],
+                     [[r, "rejected", n] for r, n in e["rejected"].items()]
+                     + [[r, "dropped (benign)", n] for r, n in e["dropped"].items()])
+    res = _table(["daemon", "processes", "longest s", "measured s", "RSS MB first → last (max)",
+                  "RSS MB/h", "fds first → last (max)", "fds/h"],
+                 [[n, r["processes"], r["longest_process_s"], r["measured_s"],
+                   f"{r['rss_mb_first']} → {r['rss_mb_last']} ({r['rss_mb_max']})",
+                   r["rss_mb_per_h"], f"{r['fds_first']} → {r['fds_last']} ({r['fds_max']})",
+                   r["fds_per_h"]] for n, r in f["resources"].items()])
+    states = _table(["daemon", "entries on disk", "restored", "own entry", "round", "version",
+                     "quarantined", "ok"],
+                    [[n, s["entries_on_disk"], s["restored"], s["own_entry"], s["round"],
+                      s["version"], len(s["quarantined"]), s["ok"]]
+                     for n, s in f["states"].items()])
+    return "\n\n".join([
+        f"duration {f['duration_s']} s, {f['daemons']} daemons, faults "
+        + ", ".join(f"{k} {n}" for k, n in sorted(f["faults_by_kind"].items())),
+        conv, f"accepted {e['accepted']}", refused, res, states,
+        f"corrupt states {f['corrupt_states']}, round/version regressions "
+        f"{len(f['regressions'])}, cached-version regressions {len(f['cache_regressions'])}, "
+        f"non-members in peer tables {len(f['non_member_peer_rows'])}, verdict {f['verdict']}",
+    ])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--daemons", type=int, default=4)
+    p.add_argument("--round-interval", type=float, default=5.0)
+    p.add_argument("--flood", type=int, default=300, help="stranger connections held")
+    p.add_argument("--wave", type=int, default=1500, help="fake mDNS instances")
+    p.add_argument("--seed", type=int, default=12)
+    p.add_argument("--json", type=Path, help="write the figures here")
+    p.add_argument("--render", type=Path, help="print a run's JSON as the tables of "
+                   "docs/reliability.md, and run nothing")
+    args = p.parse_args()
+    if args.render is not None:
+        print(render(json.loads(args.render.read_text())))
+        return 0
+    reason = unavailable()
+    if reason is not None:
+        print(f"soak: {reason}", file=sys.stderr)
+        return 2
+    cfg = SoakConfig(minutes=args.minutes, daemons=args.daemons,
+                     round_interval_s=args.round_interval, flood=args.flood, wave=args.wave,
+                     seed=args.seed)
+    with tempfile.TemporaryDirectory(prefix="peerd-soak-") as tmp:
+        figures = run_soak(cfg, Path(tmp))
+    problems = verdict(figures)
+    figures["verdict"] = problems or "ok"
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
+    print(json.dumps({k: figures[k] for k in ("duration_s", "faults_by_kind", "convergence",
+                                              "entries", "corrupt_states", "regressions",
+                                              "verdict")}, indent=1))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
