@@ -312,7 +312,7 @@ class Daemon:
             if peer is not None:
                 PeerTable.completed(peer, now, refused)
         elif known is not None:
-            self.peers.failed(known, f"refused: {refusal}", now)
+            self.peers.failed(known, f"refused: {refusal}", now, refused=True)
             if known.source != "static" and self.node.manifest_envelope is not None:
                 self.peers.forget(peer_id)
 

@@ -11,6 +11,7 @@ import pytest
 from peerd.node.peers import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
+    BACKOFF_MEMBER_MAX_S,
     MAX_ERROR_LEN,
     MAX_PEERS,
     PEER_FORGET_S,
@@ -226,6 +227,42 @@ def test_a_good_session_resets_the_backoff() -> None:
     table.failed(peer, "timeout", T0 + 12)
     assert peer.retry_at is not None
     assert T0 + 12 + BACKOFF_BASE_S / 2 <= peer.retry_at <= T0 + 12 + BACKOFF_BASE_S
+
+
+def test_a_proven_member_cut_off_by_a_partition_is_retried_within_seconds() -> None:
+    # The soak (docs/reliability.md): after a 30 s partition the mesh took 27 s (median) to
+    # re-converge, because members that could not reach each other had backed off to 20-40 s
+    # and nothing announces that the path is back. A member that completed a session before
+    # and is merely unreachable waits at most BACKOFF_MEMBER_MAX_S, however long it was away.
+    table = PeerTable(SELF, rng=random.Random(3))
+    table.on_hint("12D3KooWa", ["/ip4/10.0.0.2/tcp/4011"], T0)
+    (peer,) = table.due(T0)
+    PeerTable.completed(peer, T0)  # a member: it has been talked to
+    PeerTable.release(peer)
+    t, waits = T0 + 1, []
+    for _ in range(12):  # a minute of failed dials (the partition)
+        table.failed(peer, "connection refused", t)
+        assert peer.retry_at is not None
+        waits.append(peer.retry_at - t)
+        t = peer.retry_at
+    assert max(waits) <= BACKOFF_MEMBER_MAX_S
+    assert min(waits) >= BACKOFF_MEMBER_MAX_S / 2  # still backed off (jitter), not 0
+    assert peer.failures == 12
+    # A refusal (it was revoked, say) still gets the full schedule.
+    for _ in range(6):
+        table.failed(peer, "refused: revoked", t, refused=True)
+    assert peer.retry_at is not None
+    assert peer.retry_at - t >= BACKOFF_MAX_S / 2
+
+
+def test_a_never_proven_unreachable_peer_keeps_the_full_schedule() -> None:
+    table = PeerTable(SELF, rng=random.Random(4))
+    table.on_hint("12D3KooWa", ["/ip4/10.0.0.2/tcp/4011"], T0)
+    (peer,) = table.due(T0)
+    for _ in range(8):
+        table.failed(peer, "connection refused", T0)
+    assert peer.retry_at is not None
+    assert peer.retry_at - T0 >= BACKOFF_MAX_S / 2
 
 
 def test_a_new_address_is_tried_at_once_despite_the_backoff() -> None:
