@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from peerd.mesh.netns import unavailable
-from tests.integration.soak import SoakConfig, run_soak, verdict
+from tests.integration.soak import KINDS, SoakConfig, run_soak, verdict
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:
@@ -68,6 +68,11 @@ def main() -> int:
     p.add_argument("--flood", type=int, default=300, help="stranger connections held")
     p.add_argument("--wave", type=int, default=1500, help="fake mDNS instances")
     p.add_argument("--seed", type=int, default=12)
+    p.add_argument("--kinds", default=",".join(KINDS),
+                   help=f"fault kinds to inject, comma-separated (default: all: {','.join(KINDS)})")
+    p.add_argument("--no-churn", action="store_true", help="no SIGKILL/restart among them")
+    p.add_argument("--diagnose", action="store_true", help="record each node's TCP "
+                   "connections (ss -tnoi) around partitions and address changes")
     p.add_argument("--json", type=Path, help="write the figures here")
     p.add_argument("--render", type=Path, help="print a run's JSON as the tables of "
                    "docs/reliability.md, and run nothing")
@@ -75,13 +80,18 @@ def main() -> int:
     if args.render is not None:
         print(render(json.loads(args.render.read_text())))
         return 0
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    if not kinds or not set(kinds) <= set(KINDS):
+        print(f"soak: --kinds takes some of {', '.join(KINDS)}", file=sys.stderr)
+        return 2
     reason = unavailable()
     if reason is not None:
         print(f"soak: {reason}", file=sys.stderr)
         return 2
     cfg = SoakConfig(minutes=args.minutes, daemons=args.daemons,
                      round_interval_s=args.round_interval, flood=args.flood, wave=args.wave,
-                     seed=args.seed)
+                     seed=args.seed, kinds=kinds, churn=not args.no_churn,
+                     diagnose=args.diagnose)
     with tempfile.TemporaryDirectory(prefix="peerd-soak-") as tmp:
         figures = run_soak(cfg, Path(tmp))
     problems = verdict(figures)

@@ -5,6 +5,10 @@ mDNS; otherwise on loopback with static peers (see :mod:`peerd.mesh.localmesh`).
 runs the same algorithm without processes or sockets, with an isolated baseline beside it.
 Thin: the meshes are :mod:`peerd.mesh`'s and each daemon's status arrives typed
 (:class:`peerd.control.status.Status`); this module only drives and renders them.
+
+Exit status: 0 the target was reached (or Ctrl-C); 2 a daemon died or the mesh stalled:
+every failed daemon is reported on stderr (its node, exit status and last log lines; one
+JSON object with ``--json``). The live table fits 80 columns.
 """
 
 from __future__ import annotations
@@ -31,33 +35,70 @@ if TYPE_CHECKING:
 STARTUP_TIMEOUT_S = 180.0
 #: Give up when no node finished a round for this long (a broken install, not a slow one).
 STALL_TIMEOUT_S = 120.0
+#: The mesh failed: a daemon died or no round finished in time (the report is on stderr).
+EXIT_FAILED = 2
+#: The narrowest terminal the live table is laid out for.
+TABLE_WIDTH = 80
 
 
 def _short(node_id: str) -> str:
+    # As `peerd status` and the daemon's log lines show a node id: "…" and its last 6.
     return "…" + node_id[-6:]
+
+
+class MeshFailedError(Exception):
+    """The mesh cannot reach its target; the message says why (failures listed apart)."""
 
 
 def _mesh_table(nodes: list[MeshNode], statuses: list[Status | None], rounds: int,
                 elapsed: float) -> Table:
+    # One line per node at 80 columns: the cache as a count and its oldest entry's age
+    # (`peerd status` on a node lists the entries themselves).
     table = Table(title=f"peerd demo: {len(nodes)} daemons, target {rounds} rounds "
                         f"({elapsed:.0f} s)")
-    for col in ("node", "address", "round", "version", "cache (origin@version, age)",
-                "peers", "val acc"):
-        table.add_column(col, justify="right" if col in ("round", "version") else "left")
+    # "cache": how many entries, the oldest one's age; "acc": validation accuracy.
+    for col in ("node", "address", "round", "ver", "cache", "peers", "acc"):
+        table.add_column(col, justify="left" if col in ("node", "address", "cache")
+                         else "right", no_wrap=True, overflow="ellipsis")
     for node, s in zip(nodes, statuses, strict=True):
+        name = f"{node.index} {_short(node.id)}"
+        address = node.address if node.host else f"{node.address}:{node.port}"
         if s is None:
-            state = "exited - see " + str(node.log) if not node.alive() else "starting…"
-            table.add_row(f"node{node.index} {_short(node.id)}", node.address, "-", "-",
-                          state, "-", "-")
+            state = "exited" if not node.alive() else "starting…"
+            table.add_row(name, address, "-", "-", state, "-", "-")
             continue
-        cache = ", ".join(f"{_short(c.origin)}@{c.version} ({c.age_s:.0f}s)"
-                          for c in s.cache) or "-"
+        oldest = max((c.age_s for c in s.cache), default=None)
+        cache = "-" if oldest is None else f"{len(s.cache)}, {oldest:.0f} s"
         peers = sum(1 for p in s.peers if p.connected)
         acc = s.node.val_accuracy
-        table.add_row(f"node{node.index} {_short(node.id)}", node.address,
-                      str(s.node.round), str(s.node.version), cache, str(peers),
-                      "-" if acc is None else f"{acc:.3f}")
+        table.add_row(name, address, str(s.node.round), str(s.node.version), cache,
+                      str(peers), "-" if acc is None else f"{acc:.3f}")
     return table
+
+
+def failures(nodes: list[MeshNode]) -> list[dict[str, Any]]:
+    """Every daemon that has exited: which node, its exit status, its last log lines."""
+    return [{"node": node.index, "id": node.id, "exit_code": node.exit_code(),
+             "log": str(node.log), "last_log_lines": node.tail()}
+            for node in nodes if node.proc is not None and not node.alive()]
+
+
+def report_failure(why: str, nodes: list[MeshNode], as_json: bool) -> None:
+    """The failure on stderr: every dead daemon (or, if none died, every daemon's log tail)."""
+    dead = failures(nodes)
+    shown = dead or [{"node": n.index, "id": n.id, "exit_code": None, "log": str(n.log),
+                      "last_log_lines": n.tail()} for n in nodes]
+    if as_json:
+        typer.echo(json.dumps({"error": why, "failures": shown}), err=True)
+        return
+    typer.echo(f"peerd demo: {why}", err=True)
+    for f in shown:
+        code = f["exit_code"]
+        state = "still running" if code is None else f"exited with status {code}"
+        typer.echo(f"node{f['node']} {_short(f['id'])} {state}; last lines of {f['log']}:",
+                   err=True)
+        for line in f["last_log_lines"] or ["(empty)"]:
+            typer.echo(f"  {line}", err=True)
 
 
 def _summary(nodes: list[MeshNode], statuses: list[Status | None]) -> dict[str, Any]:
@@ -71,7 +112,12 @@ def _summary(nodes: list[MeshNode], statuses: list[Status | None]) -> dict[str, 
     return {"mode": "namespaces" if nodes and nodes[0].host else "loopback", "nodes": out}
 
 
-def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Console) -> None:
+#: ``--mode knowledge``: the nodes run FedCache's three model sizes, in turn.
+KNOWLEDGE_MODELS = ("small", "medium", "large")
+
+
+def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Console,
+              mode: str = "weights") -> None:
     from peerd.mesh import netns
     from peerd.mesh.localmesh import local_mesh
 
@@ -80,32 +126,19 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
         "in network namespaces (mDNS on a private bridge)" if why is None else
         f"on loopback with static peers ({why}; mDNS stays off outside namespaces)"))
     with tempfile.TemporaryDirectory(prefix="peerd-demo-") as tmp:
-        with local_mesh(Path(tmp), nodes, task=task) as mesh:
+        knowledge = mode == "knowledge"
+        with local_mesh(Path(tmp), nodes, task=task,
+                        learning={"mode": mode} if knowledge else None,
+                        models=KNOWLEDGE_MODELS if knowledge else None) as mesh:
             statuses: list[Status | None] = [None] * nodes
-            start = last_progress = time.monotonic()
-            best = 0
             try:
-                with Live(console=console, refresh_per_second=4, transient=as_json) as live:
-                    while True:
-                        statuses = [n.poll() for n in mesh]
-                        now = time.monotonic()
-                        live.update(Group(_mesh_table(mesh, statuses, rounds, now - start),
-                                          Text("Ctrl-C stops the mesh", style="dim")))
-                        done = [s.node.round for s in statuses if s]
-                        if done and sum(done) > best:
-                            best, last_progress = sum(done), now
-                        if len(done) == nodes and min(done) >= rounds:
-                            break
-                        if not any(n.alive() for n in mesh):
-                            raise typer.Exit(code=1)
-                        limit = STARTUP_TIMEOUT_S if best == 0 else STALL_TIMEOUT_S
-                        if now - last_progress > limit:
-                            console.print(f"[red]no progress for {limit:.0f} s; logs are in "
-                                          f"{tmp}[/red]")
-                            raise typer.Exit(code=1)
-                        time.sleep(1.0)
+                statuses = _watch(mesh, rounds, console, as_json)
             except KeyboardInterrupt:
                 console.print("[yellow]interrupted: stopping the mesh[/yellow]")
+            except MeshFailedError as exc:
+                # Reported before the mesh stops: the temporary logs go with it.
+                report_failure(str(exc), mesh, as_json)
+                raise typer.Exit(code=EXIT_FAILED) from None
         summary = _summary(mesh, statuses)
     if as_json:
         print(json.dumps(summary))
@@ -114,6 +147,32 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
     if accs:
         console.print(f"stopped all daemons. mean validation accuracy "
                       f"[bold]{statistics.fmean(accs):.3f}[/bold] over {len(accs)} nodes")
+
+
+def _watch(mesh: list[MeshNode], rounds: int, console: Console,
+           as_json: bool) -> list[Status | None]:
+    """Poll and show the mesh until every node did ``rounds`` rounds; the last statuses.
+    MeshFailedError when a daemon dies or no round finishes in time."""
+    start = last_progress = time.monotonic()
+    best = 0
+    with Live(console=console, refresh_per_second=4, transient=as_json) as live:
+        while True:
+            statuses = [n.poll() for n in mesh]
+            now = time.monotonic()
+            live.update(Group(_mesh_table(mesh, statuses, rounds, now - start),
+                              Text("Ctrl-C stops the mesh", style="dim")))
+            done = [s.node.round for s in statuses if s]
+            if done and sum(done) > best:
+                best, last_progress = sum(done), now
+            if len(done) == len(mesh) and min(done) >= rounds:
+                return statuses
+            dead = failures(mesh)
+            if dead:
+                raise MeshFailedError(f"{len(dead)} of {len(mesh)} daemons exited")
+            limit = STARTUP_TIMEOUT_S if best == 0 else STALL_TIMEOUT_S
+            if now - last_progress > limit:
+                raise MeshFailedError(f"no round finished for {limit:.0f} s")
+            time.sleep(1.0)
 
 
 def _run_inprocess(nodes: int, rounds: int, as_json: bool, console: Console) -> None:
@@ -160,6 +219,9 @@ def demo(
                                              help="No processes or sockets; adds an isolated "
                                                   "baseline.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary.")] = False,
+    mode: Annotated[str, typer.Option("--mode", help="weights | knowledge (per-sample logits; "
+                                      "the nodes run small, medium and large models in "
+                                      "turn)")] = "weights",
 ) -> None:
     """Start a live local mesh of peerd daemons, show them learn, stop them cleanly.
 
@@ -168,10 +230,14 @@ def demo(
     """
     if task not in ("digits", "mnist", "fashion-mnist"):
         raise typer.BadParameter("choose digits, mnist or fashion-mnist", param_hint="--task")
+    if mode not in ("weights", "knowledge"):
+        raise typer.BadParameter("choose weights or knowledge", param_hint="--mode")
     console = Console(stderr=as_json)
+    if in_process and mode != "weights":
+        raise typer.BadParameter("--in-process runs weight mode only", param_hint="--mode")
     if in_process:
         if task != "digits":
             raise typer.BadParameter("--in-process runs digits only", param_hint="--task")
         _run_inprocess(nodes, rounds, as_json, console)
     else:
-        _run_mesh(nodes, rounds, task, as_json, console)
+        _run_mesh(nodes, rounds, task, as_json, console, mode)

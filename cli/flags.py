@@ -28,6 +28,7 @@ from peerd.cli.status import (
     SocketOption,
     TimeoutOption,
     fail,
+    not_running,
     resolve_socket,
 )
 from peerd.control.server import (
@@ -46,7 +47,7 @@ app = typer.Typer(
 )
 
 StateDirOption = Annotated[Path | None, typer.Option(
-    "--state-dir", readable=False,
+    "--state-dir", envvar="PEERD_STATE_DIR", readable=False,
     help="If the daemon is down, use the ledger persisted here.")]
 
 
@@ -93,8 +94,10 @@ def flags(
     """List the origins flagged for equivocation (their entries are refused)."""
     if ctx.invoked_subcommand is not None:
         return
-    path = resolve_socket(socket, config)
+    path = resolve_socket(socket, config, state_dir)
     try:
+        if path is None:  # no daemon holds --state-dir: never ask another node's socket
+            raise not_running(path, state_dir)
         _print(request_flags(path, timeout), as_json)
         return
     except ControlError as exc:
@@ -105,7 +108,8 @@ def flags(
 
 @app.command("clear")
 def clear(
-    origin: Annotated[str, typer.Argument(help="The flagged origin's node id.")],
+    origin: Annotated[str, typer.Argument(metavar="NODE_ID",
+                                          help="The flagged origin's node id.")],
     as_json: JsonOption = False,
     config: ConfigOption = None,
     socket: SocketOption = None,
@@ -113,8 +117,10 @@ def clear(
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Accept a flagged origin's entries again (its older versions stay refused)."""
-    path = resolve_socket(socket, config)
+    path = resolve_socket(socket, config, state_dir)
     try:
+        if path is None:
+            raise not_running(path, state_dir)
         _print(request_clear_flag(path, origin, timeout), as_json)
         return
     except ControlError as exc:

@@ -5,7 +5,11 @@ admin public key, ``manifest.peerd`` for the signed member list), verifies the m
 against that admin key, and writes a config in which every other setting is shown with its
 default, commented out. With ``--out FILE`` the manifest is copied next to the config and
 referenced by a relative path (relative paths are resolved against the config's folder), so
-the pair can be installed together, e.g. into ``/etc/peerd/``.
+the pair can be installed together, e.g. into ``/etc/peerd/``. The state directory and the
+socket are written as absolute paths: a relative ``--state-dir`` means the folder the
+operator named, from where the command ran, not one under the config's folder. Without
+``--socket`` the socket line stays commented out and the daemon derives it from the state
+directory (:func:`peerd.daemon.config.default_socket`).
 
 Owns the commented config text (:func:`render_config`, also the source of
 ``systemd/peerd.toml.example``). Otherwise thin: the fleet directory is read (and the
@@ -16,6 +20,7 @@ before it is written.
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from pathlib import Path
 from typing import Annotated
@@ -24,9 +29,10 @@ import typer
 
 from peerd.daemon.config import (
     DEFAULT_LISTEN_PORT,
-    DEFAULT_SOCKET,
     DEFAULT_STATE_DIR,
+    STATE_DIR_ENV,
     ConfigError,
+    default_socket,
     loads_config,
 )
 from peerd.store import fleetdir
@@ -40,10 +46,13 @@ def _toml_str(value: str) -> str:
 
 def render_config(*, admin_public_key: str, fleet_id: str, manifest: str | None,
                   state_dir: str = str(DEFAULT_STATE_DIR),
-                  socket: str = str(DEFAULT_SOCKET)) -> str:
-    """The commented config text (also the source of ``systemd/peerd.toml.example``)."""
+                  socket: str | None = None) -> str:
+    """The commented config text (also the source of ``systemd/peerd.toml.example``).
+    ``socket`` None: commented out, showing the one derived from ``state_dir``."""
     manifest_line = (f"manifest = {_toml_str(manifest)}" if manifest is not None else
                      '# manifest = "manifest.peerd"   # none: learn it from peers')
+    socket_line = (f"socket = {_toml_str(socket)}" if socket is not None else
+                   f"# socket = {_toml_str(str(default_socket(Path(state_dir))))}")
     return f"""\
 # peerd configuration (TOML). Reference: docs/operations.md.
 # Only [fleet] is required; every commented-out line shows the default (or, for a
@@ -60,8 +69,9 @@ fleet_id = {_toml_str(fleet_id)}
 [node]
 # Identity key, cache entries, counters, audit log. Created 0700.
 state_dir = {_toml_str(state_dir)}
-# Control socket for `peerd status`; give each daemon on one machine its own.
-socket = {_toml_str(socket)}
+# Control socket for `peerd status`. Default: /run/peerd/peerd.sock for the state_dir
+# /var/lib/peerd, else <state_dir>/peerd.sock, so daemons on one machine never share one.
+{socket_line}
 # socket_group = "peerd"       # socket 0660 to this group instead of 0600
 # torch_threads = 1            # training threads: leave cores to the device's real work
 # lean_memory = true           # big buffers back to the OS at once: less peak RAM, slower steps
@@ -89,6 +99,12 @@ socket = {_toml_str(socket)}
 # epsilon = 0.0                # publish only when the model moved more than this
 # round_interval_s = 10.0
 # max_silence_s = 300.0        # epsilon > 0: republish after this long silent; unset = tau_max/2
+# mode = "weights"             # weights (models, one architecture) | knowledge (logits)
+# key_dim = 64                 # knowledge: sample key width (fleet-wide)
+# distill_beta = 1.5           # knowledge: weight of the KL term towards the teachers
+# distill_temperature = 3.0    # knowledge: softmax temperature of the KL term
+# distill_r = 16               # knowledge: neighbours averaged per sample
+# sample_capacity = 100000     # knowledge: samples kept in the cache over all peers
 
 [validation]
 # max_norm = 1e4               # reject entries whose parameter L2 norm is larger
@@ -105,6 +121,7 @@ socket = {_toml_str(socket)}
 # csv_label = "label"
 # csv_features = []            # empty = every column but the label
 # csv_kind = "classification"  # classification | regression
+# model = "large"              # small | medium | large | cnn | mlp | linear | pkg.mod:attr
 """
 
 
@@ -123,12 +140,19 @@ def _open_fleet(directory: Path) -> Fleet:
         raise _fail(str(exc)) from None
 
 
+def _absolute(path: Path) -> str:
+    # Against the cwd, normalised ("./h1/../h1/state" -> "/…/h1/state"); symlinks kept.
+    return os.path.abspath(path)
+
+
 def init(
     fleet: Annotated[Path, typer.Option("--fleet", help="Fleet directory (`peerd fleet init`).")],
-    state_dir: Annotated[Path, typer.Option("--state-dir", help="Node state directory.")] = (
-        DEFAULT_STATE_DIR),
-    socket: Annotated[Path, typer.Option("--socket", help="Control socket path.")] = (
-        DEFAULT_SOCKET),
+    state_dir: Annotated[Path, typer.Option(
+        "--state-dir", envvar=STATE_DIR_ENV,
+        help="Node state directory (written as an absolute path).")] = DEFAULT_STATE_DIR,
+    socket: Annotated[Path | None, typer.Option(
+        "--socket", help="Control socket path (default: derived from the state directory: "
+        "<state_dir>/peerd.sock, or /run/peerd/peerd.sock for /var/lib/peerd).")] = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write here (manifest copied alongside); default: print.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out.")] = False,
@@ -138,7 +162,8 @@ def init(
     manifest = str(opened.manifest_path.resolve()) if out is None else MANIFEST_FILE
     text = render_config(admin_public_key=opened.info.admin_public_key.hex(),
                          fleet_id=opened.info.fleet_id.hex(), manifest=manifest,
-                         state_dir=str(state_dir), socket=str(socket))
+                         state_dir=_absolute(state_dir),
+                         socket=None if socket is None else _absolute(socket))
     try:
         loads_config(tomllib.loads(text))  # never hand out a config the daemon would refuse
     except ConfigError as exc:

@@ -1,48 +1,39 @@
 """`peerd keygen`: create this node's Ed25519 identity key and print its node id.
 
-Owns only the default state directory's resolution; the key file (format, mode, atomic
-write) is :mod:`peerd.store.keyfile`'s.
+The state directory is the one every command uses: ``--state-dir``, else
+``$PEERD_STATE_DIR``, else ``/var/lib/peerd`` (docs/operations.md, "Paths"). The node id goes
+to stdout (scripts read it), where the key was written to stderr. The key file (format,
+mode, atomic write) is :mod:`peerd.store.keyfile`'s.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from peerd.daemon.config import DEFAULT_STATE_DIR, STATE_DIR_ENV
 from peerd.protocol.identity import node_id_of
 from peerd.store.keyfile import NODE_KEY_FILE, KeyFileError, new_node_key, read_private_key
 
-
-def default_state_dir() -> Path:
-    """``$PEERD_STATE_DIR``, else ``$XDG_STATE_HOME/peerd``, else ``~/.local/state/peerd``."""
-    env = os.environ.get("PEERD_STATE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_STATE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "peerd"
-
-
 StateDirOption = Annotated[
-    Path | None,
+    Path,
     typer.Option(
-        "--state-dir",
-        help="State directory (default: $PEERD_STATE_DIR or "
-        "$XDG_STATE_HOME/peerd or ~/.local/state/peerd).",
+        "--state-dir", envvar=STATE_DIR_ENV,
+        help="State directory (default: $PEERD_STATE_DIR, else /var/lib/peerd).",
     ),
 ]
 
 
 def keygen(
-    state_dir: StateDirOption = None,
+    state_dir: StateDirOption = DEFAULT_STATE_DIR,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing key (the node id changes).")
     ] = False,
 ) -> None:
     """Create the node's Ed25519 key (mode 0600) and print its node id."""
-    directory = state_dir or default_state_dir()
+    directory = state_dir.absolute()
     path = directory / NODE_KEY_FILE
     if path.exists() and not force:
         try:
@@ -60,6 +51,9 @@ def keygen(
         typer.echo(f"error: {path} was created concurrently; not overwritten", err=True)
         raise typer.Exit(1) from None
     except OSError as exc:
-        typer.echo(f"error: cannot write {path}: {exc.strerror}", err=True)
+        hint = (" (run it as the daemon's user, e.g. `sudo -u peerd peerd keygen`, or give "
+                "--state-dir DIR)") if isinstance(exc, PermissionError) else ""
+        typer.echo(f"error: cannot write {path}: {exc.strerror}{hint}", err=True)
         raise typer.Exit(1) from None
+    typer.echo(f"wrote {path} (mode 0600); node id:", err=True)
     typer.echo(node_id_of(key))

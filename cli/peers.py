@@ -17,10 +17,12 @@ from peerd.cli.status import (
     ConfigOption,
     JsonOption,
     SocketOption,
+    StateDirOption,
     TimeoutOption,
     ask,
     decode,
     fail,
+    not_running,
     resolve_socket,
 )
 from peerd.control.server import DEFAULT_TIMEOUT_S, ControlError
@@ -57,11 +59,14 @@ def peers(
     as_json: JsonOption = False,
     config: ConfigOption = None,
     socket: SocketOption = None,
+    state_dir: StateDirOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
     """List the peers the daemon knows: connection state, last seen, bytes in and out, and
     the backoff of a peer that failed (failures in a row, seconds until the next dial)."""
-    path = resolve_socket(socket, config)
+    path = resolve_socket(socket, config, state_dir)
+    if path is None:
+        raise fail(not_running(path, state_dir))
     answer = ask(path, "peers", timeout)
     if isinstance(answer, ControlError):
         raise fail(answer)

@@ -33,9 +33,16 @@ def sim(
             "staleness:poly:A, staleness:hinge:A:B."
         ),
     ] = "uniform",
-    algorithms: Annotated[str, Opt(help="Comma list of cached-dfl, dfl, fedavg, isolated.")] = (
+    algorithms: Annotated[str, Opt(help="Comma list of cached-dfl, dfl, fedavg, isolated; "
+                                        "or fedcache[,isolated,cached-dfl] (knowledge runs).")] = (
         "cached-dfl,dfl,fedavg"
     ),
+    fedcache_models: Annotated[str, Opt(help="fedcache: small, medium, large or mixed "
+                                             "(by client index mod 3).")] = "large",
+    beta: Annotated[float, Opt(help="fedcache: distillation weight β.")] = 1.5,
+    temperature: Annotated[float, Opt(help="fedcache: distillation temperature T.")] = 3.0,
+    neighbours: Annotated[int, Opt(help="fedcache: neighbours R averaged per sample.")] = 16,
+    key_dim: Annotated[int, Opt(help="fedcache: sample key dimensions.")] = 64,
     seed: Annotated[int, Opt(help="Seed for data split, init, mobility and batches.")] = 0,
     out: Annotated[Path, Opt(help="Output folder for metrics and plots.")] = Path("sim-out"),
     model: Annotated[str, Opt(help="cnn, mlp or linear (default: by dataset).")] = "",
@@ -64,6 +71,16 @@ def sim(
     from peerd.sim.output import summary_json, write_outputs
     from peerd.sim.runner import SimConfig, run
 
+    names = tuple(a.strip() for a in algorithms.split(",") if a.strip())
+    if "fedcache" in names:
+        from peerd.sim.knowledge import knowledge_cli
+
+        knowledge_cli(dataset=dataset, partition=partition, agents=agents, rounds=rounds,
+                      algorithms=names, models=fedcache_models, lr=lr, batch_size=batch_size,
+                      beta=beta, temperature=temperature, r=neighbours, key_dim=key_dim,
+                      seed=seed, eval_every=eval_every, capacity=capacity, tau_max=tau_max,
+                      round_seconds=round_seconds, out=out, json_output=json_output)
+        return
     config = SimConfig(
         dataset=dataset,
         partition=partition,

@@ -1,11 +1,18 @@
 """`peerd status`: what the running daemon is doing (a thin client of the control API).
 
-The socket is ``--socket``, else ``[node] socket`` of ``--config``, else that of
-``/etc/peerd/peerd.toml`` if it exists, else ``/run/peerd/peerd.sock``.
+The socket is ``--socket``; else, with ``--state-dir DIR`` (or ``$PEERD_STATE_DIR``), the
+socket of the daemon holding that directory's lock (:mod:`peerd.store.lock`), and when none
+holds it the node is shown offline from its persisted state: never another node's socket;
+else the socket of ``--config`` (``[node] socket``, or derived from its ``state_dir``), else
+that of ``/etc/peerd/peerd.toml`` if it exists, else ``/run/peerd/peerd.sock``.
 
 Exit status: 0 the daemon answered; 3 the daemon is not running (with ``--state-dir DIR``
 its persisted state is printed first, marked as such); 1 any other failure (access denied,
 timeout, bad config, an answer that is not a status).
+
+``--watch`` redraws the status in place every ``--interval`` seconds (rich's Live display)
+until Ctrl-C; when stdout is not a terminal it prints one complete status per refresh
+instead (``--json``: one JSON document per line), with no cursor movement in the output.
 
 Thin: the status' shape is :mod:`peerd.control.status`'s (this module only renders it),
 the socket is :mod:`peerd.control.server`'s, and the persisted state is read through
@@ -14,15 +21,19 @@ the socket is :mod:`peerd.control.server`'s, and the persisted state is read thr
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from peerd.control.server import DEFAULT_TIMEOUT_S, ControlError, decode_result, request
 from peerd.control.status import (
@@ -31,10 +42,19 @@ from peerd.control.status import (
     OfflineStatus,
     Status,
     from_json,
+    membership_advice,
     to_json,
 )
-from peerd.daemon.config import DEFAULT_CONFIG_PATH, DEFAULT_SOCKET, ConfigError, load_config
+from peerd.daemon.config import (
+    DEFAULT_CONFIG_PATH,
+    DEFAULT_SOCKET,
+    STATE_DIR_ENV,
+    ConfigError,
+    default_socket,
+    load_config,
+)
 from peerd.protocol.identity import node_id_of
+from peerd.store import lock as state_lock
 from peerd.store.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key
 from peerd.store.statedir import StateDir, StateError, persisted_cache
 
@@ -49,28 +69,52 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the daemon's JSO
 # unreadable config or a socket we may not use gets the documented message and exit status.
 # "\\[node]": rich would take a bare [node] in help text for markup and drop it.
 ConfigOption = Annotated[Path | None, typer.Option(
-    "--config", readable=False, help="Daemon config file (its \\[node] socket is used).")]
+    "--config", "-c", readable=False, metavar="FILE",
+    help="Daemon config file (its \\[node] socket is used).")]
 SocketOption = Annotated[Path | None, typer.Option(
     "--socket", readable=False, help="Control socket path.")]
 TimeoutOption = Annotated[float, typer.Option(
     "--timeout", min=0.1, max=600.0, help="Seconds to wait for the daemon.")]
 
 
-def resolve_socket(socket: Path | None, config: Path | None) -> Path:
+#: The state directory of the node to show (or "-": none given).
+StateDirOption = Annotated[Path | None, typer.Option(
+    "--state-dir", envvar=STATE_DIR_ENV, readable=False,
+    help="The node whose state directory this is: its daemon's socket, else (daemon "
+    "down) the state persisted here.")]
+
+
+def resolve_socket(socket: Path | None, config: Path | None,
+                   state_dir: Path | None = None) -> Path | None:
+    """The control socket to ask (see the module docstring); None: ``state_dir`` is held by
+    no daemon, so there is nothing to ask (show it offline)."""
     if socket is not None:
         return socket
+    configured = None
     if config is not None:
         try:
-            return load_config(config).node.socket
+            configured = load_config(config).node
         except ConfigError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(EXIT_ERROR) from None
-    if DEFAULT_CONFIG_PATH.is_file():
-        try:
-            return load_config(DEFAULT_CONFIG_PATH).node.socket
-        except ConfigError:
-            pass  # unreadable to this user or broken: the daemon's default still applies
-    return DEFAULT_SOCKET
+    elif DEFAULT_CONFIG_PATH.is_file():
+        # Unreadable to this user or broken: the daemon's default still applies.
+        with contextlib.suppress(ConfigError):
+            configured = load_config(DEFAULT_CONFIG_PATH).node
+    if state_dir is None:
+        return configured.control_socket if configured is not None else DEFAULT_SOCKET
+    state_dir = state_dir.absolute()
+    if os.access(state_dir, os.R_OK | os.X_OK):
+        holder = state_lock.holder(state_dir)
+        if holder is None:
+            return None  # no daemon holds it: never ask another node's socket
+        if holder.socket is not None:
+            return holder.socket
+    # Not readable to this user (a 0700 directory of the peerd user): the socket its config
+    # names if that config is this node's, else the one derived from the directory.
+    if configured is not None and configured.state_dir.absolute() == state_dir:
+        return configured.control_socket
+    return default_socket(state_dir)
 
 
 def ask(socket: Path, method: str, timeout: float) -> dict[str, Any] | ControlError:
@@ -105,9 +149,10 @@ def _fmt(value: float | str | None, digits: int = 3) -> str:
 
 
 def _short(node_id: str | None) -> str:
-    # Ed25519 peer ids share the "12D3KooW" prefix: the tail is what tells nodes apart.
+    # Ed25519 peer ids share the "12D3KooW" prefix: the tail is what tells nodes apart
+    # (the last 6 characters, as the daemon's log lines show them).
     text = str(node_id)
-    return text if len(text) <= 16 else f"…{text[-12:]}"
+    return text if len(text) <= 16 else f"…{text[-6:]}"
 
 
 def _ts(stamp: float | None) -> str:
@@ -117,30 +162,41 @@ def _ts(stamp: float | None) -> str:
 
 
 def render_status(console: Console, status: Status) -> None:
+    console.print(status_view(status))
+
+
+def status_view(status: Status) -> Group:
+    """The human view of a status, as one renderable (printed, or redrawn by --watch)."""
     node, cfg = status.node, status.config
-    console.print(f"[bold]node[/bold] {node.id}  fleet {node.fleet}")
-    console.print(f"round {_fmt(node.round)}  version {_fmt(node.version)}  "
-                  f"examples {_fmt(node.examples)}  "
-                  f"train loss {_fmt(node.train_loss)}  "
-                  f"val accuracy {_fmt(node.val_accuracy)}")
-    console.print(f"τ_max {_fmt(cfg.tau_max, 1)}  C {_fmt(cfg.capacity)}  "
-                  f"ρ {_fmt(cfg.rho, 4)}  K {_fmt(cfg.local_steps)}  "
-                  f"α {_fmt(cfg.alpha)}")
+    parts: list[RenderableType] = [
+        f"[bold]node[/bold] {node.id}  fleet {node.fleet}",
+        f"round {_fmt(node.round)}  version {_fmt(node.version)}  "
+        f"examples {_fmt(node.examples)}  train loss {_fmt(node.train_loss)}  "
+        f"val accuracy {_fmt(node.val_accuracy)}",
+        f"τ_max {_fmt(cfg.tau_max, 1)}  C {_fmt(cfg.capacity)}  ρ {_fmt(cfg.rho, 4)}  "
+        f"K {_fmt(cfg.local_steps)}  α {_fmt(cfg.alpha)}",
+    ]
+    advice = membership_advice(node.fleet, node.id, node.membership)
+    if advice is not None:
+        parts.append(Text(f"{node.membership}: {advice}", style="bold red"))
     cache = status.cache
-    table = Table(title=f"cache ({len(cache)} entries)")
-    for col in ("origin", "version", "age s", "staleness", "examples", "α", "drift",
-                "from", "received", "verified"):
+    table = Table(title=f"cache ({_entries(len(cache))})")
+    typed = any(e.kind != "weights" for e in cache)  # knowledge mode: a kind column
+    for col in (("kind",) if typed else ()) + ("origin", "version", "age s", "staleness",
+                "samples" if typed else "examples", "α", "drift", "from", "received",
+                "verified"):
         # fold, not "…": a cut-off id or number is worse than a wrapped one
         table.add_column(col, justify="left" if col in ("origin", "from") else "right",
                          overflow="fold")
     for e in cache:
-        table.add_row(_short(e.origin), _fmt(e.version), _fmt(e.age_s, 1),
+        table.add_row(*((e.kind,) if typed else ()), _short(e.origin), _fmt(e.version),
+                      _fmt(e.age_s, 1),
                       _fmt(e.staleness, 1), _fmt(e.examples), _fmt(e.alpha), _fmt(e.drift, 4),
                       _short(e.received_from), _ts(e.received_at), _fmt(e.verified))
-    console.print(table)
+    parts.append(table)
     peers = status.peers
     connected = sum(1 for p in peers if p.connected)
-    console.print(f"peers: {connected} connected, {len(peers)} known (`peerd peers` for details)")
+    parts.append(f"peers: {connected} connected, {len(peers)} known (`peerd peers` for details)")
     rejected = status.rejected
     if rejected:
         rt = Table(title="rejected entries")
@@ -148,9 +204,14 @@ def render_status(console: Console, status: Status) -> None:
         rt.add_column("count", justify="right")
         for reason, count in sorted(rejected.items()):
             rt.add_row(str(reason), str(count))
-        console.print(rt)
+        parts.append(rt)
     else:
-        console.print("rejected entries: none")
+        parts.append("rejected entries: none")
+    return Group(*parts)
+
+
+def _entries(n: int) -> str:
+    return f"{n} entry" if n == 1 else f"{n} entries"
 
 
 def offline_status(state_dir: Path) -> OfflineStatus:
@@ -187,7 +248,7 @@ def _print_offline(console: Console, info: OfflineStatus, as_json: bool) -> None
                   f"version {node.version}")
     if node.counters_lost:
         console.print("[red]the counter files were corrupt and have been quarantined[/red]")
-    table = Table(title=f"persisted cache ({len(info.cache)} entries, not verified)")
+    table = Table(title=f"persisted cache ({_entries(len(info.cache))}, not verified)")
     for col in ("origin", "version", "from", "received", "bytes"):
         table.add_column(col, justify="right" if col in ("version", "bytes") else "left",
                          overflow="fold")
@@ -197,18 +258,36 @@ def _print_offline(console: Console, info: OfflineStatus, as_json: bool) -> None
     console.print(table)
 
 
+#: Bounds of --interval: faster than 10 refreshes a second only loads the daemon.
+MIN_WATCH_INTERVAL_S = 0.1
+MAX_WATCH_INTERVAL_S = 3600.0
+
+
+def not_running(socket: Path | None, state_dir: Path | None) -> ControlError:
+    where = f"no daemon holds {state_dir}" if socket is None else f"nothing listens on {socket}"
+    return ControlError("not_running", f"peerd is not running? {where}")
+
+
 def status(
     as_json: JsonOption = False,
     config: ConfigOption = None,
     socket: SocketOption = None,
-    state_dir: Annotated[Path | None, typer.Option(
-        "--state-dir", readable=False,
-        help="If the daemon is down, show the state persisted here.")] = None,
+    state_dir: StateDirOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
+    watch: Annotated[bool, typer.Option(
+        "--watch", "-w", help="Redraw every --interval seconds until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(
+        "--interval", min=MIN_WATCH_INTERVAL_S, max=MAX_WATCH_INTERVAL_S,
+        help="Seconds between two refreshes of --watch.")] = 2.0,
+    count: Annotated[int | None, typer.Option(
+        "--count", min=1, help="With --watch: stop after this many refreshes.")] = None,
 ) -> None:
     """Show the daemon's round, model quality, cache and rejected entries."""
-    path = resolve_socket(socket, config)
-    answer = ask(path, "status", timeout)
+    path = resolve_socket(socket, config, state_dir)
+    if watch:
+        _watch(path, timeout, state_dir, as_json, interval, count)
+        return
+    answer = ask(path, "status", timeout) if path is not None else not_running(path, state_dir)
     console = Console()
     if isinstance(answer, ControlError):
         if answer.code != "not_running" or state_dir is None:
@@ -222,8 +301,65 @@ def status(
             raise typer.Exit(EXIT_NOT_RUNNING) from None
         _print_offline(console, info, as_json)
         raise typer.Exit(EXIT_NOT_RUNNING)
+    assert path is not None  # an answer came from it
     typed = decode(path, answer, from_json)  # also for --json: never print a non-status
     if as_json:
         typer.echo(json.dumps(answer, indent=2))
     else:
         render_status(console, typed)
+
+
+def _view(path: Path | None, timeout: float, state_dir: Path | None,
+          as_json: bool) -> RenderableType | str:
+    """One refresh of --watch: the status, or why there is none (the watch goes on: a
+    restarting daemon comes back)."""
+    if path is None:
+        # The daemon may start meanwhile: look again which socket holds the directory.
+        path = resolve_socket(None, None, state_dir)
+    answer = ask(path, "status", timeout) if path is not None else not_running(path, state_dir)
+    stamp = time.strftime("%H:%M:%S")
+    if isinstance(answer, ControlError):
+        return (json.dumps({"error": answer.code, "message": answer.message}) if as_json
+                else Text(f"{stamp}  {answer.message}", style="red"))
+    assert path is not None  # an answer came from it
+    try:
+        typed = decode_result(path, from_json, answer)
+    except ControlError as exc:
+        return (json.dumps({"error": exc.code, "message": exc.message}) if as_json
+                else Text(f"{stamp}  {exc.message}", style="red"))
+    if as_json:
+        return json.dumps(answer)
+    return Group(Text(f"{stamp}  every refresh of --watch; Ctrl-C to stop", style="dim"),
+                 status_view(typed))
+
+
+def _watch(path: Path | None, timeout: float, state_dir: Path | None, as_json: bool,
+           interval: float, count: int | None) -> None:
+    console = Console()
+    refreshes = 0
+
+    def more() -> bool:
+        return count is None or refreshes < count
+
+    with contextlib.suppress(KeyboardInterrupt):
+        if console.is_terminal and not as_json:
+            # Redrawn in place; what is left on screen at Ctrl-C is the last status.
+            with Live(console=console, auto_refresh=False, transient=False) as live:
+                while more():
+                    live.update(_view(path, timeout, state_dir, as_json), refresh=True)
+                    refreshes += 1
+                    if more():
+                        time.sleep(interval)
+            return
+        # Not a terminal (a pipe, a file, a journal): no cursor movement, one complete
+        # status per refresh, so what is written reads (and parses) in order.
+        while more():
+            view = _view(path, timeout, state_dir, as_json)
+            if isinstance(view, str):
+                typer.echo(view)
+            else:
+                console.print(view)
+                console.print()
+            refreshes += 1
+            if more():
+                time.sleep(interval)

@@ -8,12 +8,14 @@ Run (the PyPI wheels of atheris bundle libFuzzer; nothing else to install):
     .venv/bin/python fuzz/fuzz_protocol.py /tmp/peerd-corpus -max_len=4096 -timeout=5
 
 The invariant checked: for any input, split into the chunk size its first byte chooses,
-the pipeline yields messages or raises ProtocolError, never anything else (any other
+the pipeline (a weight node's admission and a knowledge node's, peerd.protocol.knowledge)
+yields messages or raises ProtocolError, never anything else (any other
 exception is a crash libFuzzer reports together with the input that caused it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import sys
@@ -33,6 +35,7 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
     from peerd.protocol.errors import ProtocolError
     from peerd.protocol.frames import FrameDecoder
     from peerd.protocol.identity import node_id_of, private_key_from_seed, public_key_bytes
+    from peerd.protocol.knowledge import KnowledgeSchema, admit_typed, sign_keys, sign_knowledge
     from peerd.protocol.ledger import OriginLedger
     from peerd.protocol.manifest import Manifest
     from peerd.protocol.messages import (
@@ -51,7 +54,8 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
     admin = private_key_from_seed(hashlib.sha256(b"fuzz-admin").digest())
     manifest = Manifest(fleet, 1).admit(public_key_bytes(key), None)
     schema = {"n": ("int64", (1,)), "w": ("float32", (8,))}
-    limit = entry_frame_limit(schema)
+    kschema = KnowledgeSchema(key_dim=4, num_classes=3, encoder="fuzz", max_samples=16)
+    limit = max(entry_frame_limit(schema), kschema.frame_limit())
 
     def pipeline(data: bytes) -> None:
         # The first byte picks a chunk size so the fuzzer explores split points too.
@@ -62,14 +66,11 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
                 for frame in dec.feed(data[i : i + chunk]):
                     msg = decode_frame(frame)
                     if isinstance(msg, Entry):
-                        admit_entry(
-                            msg,
-                            fleet_id=fleet,
-                            manifest=manifest,
-                            ledger=OriginLedger(),
-                            schema=schema,
-                            now=NOW,
-                        )
+                        with contextlib.suppress(ProtocolError):  # then as a knowledge node
+                            admit_entry(msg, fleet_id=fleet, manifest=manifest,
+                                        ledger=OriginLedger(), schema=schema, now=NOW)
+                        admit_typed(msg, fleet_id=fleet, manifest=manifest,
+                                    ledger=OriginLedger(), schema=kschema, now=NOW)
             dec.close()
         except ProtocolError:
             pass
@@ -84,8 +85,16 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
         tensors={"w": np.arange(8, dtype=np.float32), "n": np.array([3], dtype=np.int64)},
     )
     me = node_id_of(key)
+    keys = sign_keys(key, fleet, schema=kschema, version=1, created_at=NOW,
+                     keys=np.eye(3, 4, dtype=np.float32), labels=np.array([0, 1, 2]))
+    know = sign_knowledge(key, fleet, schema=kschema, version=2, created_at=NOW,
+                          ids=np.array([0, 2]), logits=np.ones((2, 3), dtype=np.float32),
+                          keys_digest=keys.body.digest)
     seeds = [
         signed.to_message().to_wire(),
+        keys.to_message().to_wire(),
+        know.to_message().to_wire(),
+        Digest((DigestItem(me, 2, NOW, b"\x00" * 32, kind="knowledge"),)).to_wire(),
         Hello(fleet, me, 1, ("relay",)).to_wire(),
         Digest((DigestItem(me, 1, NOW, b"\x00" * 32),)).to_wire(),
         Want(((me, 1),)).to_wire(),

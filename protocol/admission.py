@@ -5,6 +5,8 @@ Order (each step only runs if the previous passed):
  2. signer key -> node id; revoked / member / expired            REVOKED, NOT_MEMBER, EXPIRED
  3. Ed25519 over domain || fleet || *raw* body bytes             BAD_SIGNATURE
  4. decode and type-check the body; body fleet and origin match   MALFORMED, WRONG_FLEET
+    (a typed entry, peerd.protocol.kinds, is SCHEMA_MISMATCH here:  SCHEMA_MISMATCH
+    peerd.protocol.knowledge admits those, after the same 1-5)
  5. created_at <= now + max_skew                                  FUTURE_TIMESTAMP
  6. ledger: newer than held, no equivocation, bounded by time    NOT_NEWER, EQUIVOCATION,
                                                                   VERSION_TOO_HIGH
@@ -35,6 +37,7 @@ from peerd.core.reasons import Reason
 from peerd.protocol.entry import EntryBody
 from peerd.protocol.envelope import ENTRY_DOMAIN
 from peerd.protocol.errors import ProtocolError
+from peerd.protocol.kinds import WEIGHTS
 from peerd.protocol.ledger import LedgerView, OriginLedger
 from peerd.protocol.limits import DEFAULT_MAX_CLOCK_SKEW_S, MAX_ENTRY_HEAD_LEN
 from peerd.protocol.manifest import Manifest
@@ -60,6 +63,28 @@ def sha256_hex(payload: bytes | bytearray | memoryview) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def admit_head(
+    message: Entry, *, fleet_id: bytes, manifest: Manifest, now: float, max_skew: float
+) -> EntryBody:
+    """Steps 1-5, shared by every kind: fleet, membership, signature, body, created_at."""
+    env = message.envelope
+    if env.fleet_id != fleet_id:
+        raise ProtocolError(Reason.WRONG_FLEET, "entry signed for another fleet")
+    member = manifest.member_by_key(env.key, now)
+    raw_body = env.verify(ENTRY_DOMAIN, fleet_id, expected_key=member.public_key)
+    body = EntryBody.from_bytes(raw_body)
+    if body.fleet_id != fleet_id:
+        raise ProtocolError(Reason.WRONG_FLEET, "entry body names another fleet")
+    if body.origin != member.node_id:
+        # The key signed a body claiming someone else's origin: a member impersonating.
+        raise ProtocolError(Reason.BAD_SIGNATURE, "entry origin differs from its signer")
+    if body.created_at > now + max_skew:
+        raise ProtocolError(
+            Reason.FUTURE_TIMESTAMP, f"created_at {body.created_at} > now {now} + {max_skew}"
+        )
+    return body
+
+
 def admit_entry(
     message: Entry,
     *,
@@ -80,21 +105,11 @@ def admit_entry(
     """
     if record and not isinstance(ledger, OriginLedger):
         raise TypeError("record=True needs an OriginLedger, not a snapshot of one")
-    env = message.envelope
-    if env.fleet_id != fleet_id:
-        raise ProtocolError(Reason.WRONG_FLEET, "entry signed for another fleet")
-    member = manifest.member_by_key(env.key, now)
-    raw_body = env.verify(ENTRY_DOMAIN, fleet_id, expected_key=member.public_key)
-    body = EntryBody.from_bytes(raw_body)
-    if body.fleet_id != fleet_id:
-        raise ProtocolError(Reason.WRONG_FLEET, "entry body names another fleet")
-    if body.origin != member.node_id:
-        # The key signed a body claiming someone else's origin: a member impersonating.
-        raise ProtocolError(Reason.BAD_SIGNATURE, "entry origin differs from its signer")
-    if body.created_at > now + max_skew:
-        raise ProtocolError(
-            Reason.FUTURE_TIMESTAMP, f"created_at {body.created_at} > now {now} + {max_skew}"
-        )
+    body = admit_head(message, fleet_id=fleet_id, manifest=manifest, now=now, max_skew=max_skew)
+    if body.kind != WEIGHTS:
+        # A knowledge fleet's entry reaching a weight-mode node: not a model it can blend.
+        raise ProtocolError(Reason.SCHEMA_MISMATCH,
+                            f"a {body.kind} entry, this node blends weights")
     ledger.check(body.origin, body.version, body.digest, body.created_at)
     expected_len = schema_payload_len(schema)
     if body.payload_len != expected_len:

@@ -2,8 +2,11 @@
 
 The body carries everything a receiver must trust about an entry: type, fleet id, origin,
 version, created_at, schema id, num_examples, the tensor index and the payload's SHA-256
-and length. Provenance (who relayed it, when it arrived) is deliberately *not* signed:
-relays forward the origin's envelope untouched.
+and length; for a typed entry (:mod:`peerd.protocol.kinds`) also its ``kind`` and, for a
+knowledge entry, the payload digest of the keys entry it refers to. A weight entry carries no
+``kind`` key, so its bytes are unchanged from before kinds existed. Provenance (who relayed
+it, when it arrived) is deliberately *not* signed: relays forward the origin's envelope
+untouched.
 
 Must not verify (``admission.py`` does) nor write to the tensors it signs: the payload
 parts alias the caller's arrays wherever their layout allows it.
@@ -22,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from peerd.protocol.envelope import ENTRY_DOMAIN, SignedEnvelope
 from peerd.protocol.frames import frame_parts
 from peerd.protocol.identity import as_node_id, node_id_of
+from peerd.protocol.kinds import KNOWLEDGE, TYPED_KINDS, WEIGHTS
 from peerd.protocol.limits import DIGEST_LEN, FLEET_ID_LEN, MAX_BIN_LEN
 from peerd.protocol.messages import Entry
 from peerd.protocol.tensors import TensorIndexItem, index_from_wire, tensor_views
@@ -50,6 +54,9 @@ _KEYS = frozenset(
         "payload_len",
     }
 )
+#: A typed body: the weight keys plus its kind; a knowledge body also names its keys entry.
+_TYPED_KEYS = _KEYS | {"kind"}
+_KNOWLEDGE_KEYS = _TYPED_KEYS | {"keys_sha256"}
 
 
 def _hex32(value: str, what: str) -> bytes:
@@ -76,11 +83,28 @@ class EntryBody:
     tensors: tuple[TensorIndexItem, ...]
     digest: str
     payload_len: int
+    #: What the payload is (peerd.protocol.kinds); never written for weights.
+    kind: str = WEIGHTS
+    #: Knowledge entries only: the payload SHA-256 (hex) of the origin's keys entry whose
+    #: rows the ``ids`` name. None for every other kind.
+    keys_digest: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind != WEIGHTS and self.kind not in TYPED_KINDS:
+            raise ValueError(f"unknown entry kind {self.kind!r}")
+        if (self.kind == KNOWLEDGE) != (self.keys_digest is not None):
+            raise ValueError("a knowledge entry, and only one, names its keys entry")
 
     def to_bytes(self) -> bytes:
+        typed: dict[str, object] = {}
+        if self.kind != WEIGHTS:
+            typed["kind"] = self.kind
+        if self.keys_digest is not None:
+            typed["keys_sha256"] = _hex32(self.keys_digest, "keys_digest")
         return pack(
             {
                 "type": ENTRY_TYPE,
+                **typed,
                 "fleet": self.fleet_id,
                 "origin": self.origin,
                 "version": self.version,
@@ -95,10 +119,22 @@ class EntryBody:
 
     @classmethod
     def from_bytes(cls, body: bytes) -> EntryBody:
-        f = Fields(unpack_exact(body, MAX_BIN_LEN), "entry body", _KEYS)
+        raw = unpack_exact(body, MAX_BIN_LEN)
+        # The key set follows the kind; "weights" is never spelled out (one encoding per
+        # body), and an unknown kind is malformed rather than skipped.
+        kind = WEIGHTS
+        if type(raw) is dict and "kind" in raw:
+            kind = raw["kind"]
+            if type(kind) is not str or kind not in TYPED_KINDS:
+                malformed(f"entry kind {str(kind)[:32]!r} is unknown")
+        keys = _KEYS if kind == WEIGHTS else _KNOWLEDGE_KEYS if kind == KNOWLEDGE else _TYPED_KEYS
+        f = Fields(raw, "entry body", keys)
         if f.raw("type") != ENTRY_TYPE:
             malformed("entry body has the wrong type tag")
         payload_len = f.get("payload_len", as_int)
+        keys_digest = None
+        if kind == KNOWLEDGE:
+            keys_digest = f.get("keys_sha256", as_bytes, DIGEST_LEN).hex()
         return cls(
             fleet_id=f.get("fleet", as_bytes, FLEET_ID_LEN),
             origin=f.get("origin", as_node_id),
@@ -109,6 +145,8 @@ class EntryBody:
             tensors=index_from_wire(f.raw("tensors"), payload_len),
             digest=f.get("payload_sha256", as_bytes, DIGEST_LEN).hex(),
             payload_len=payload_len,
+            kind=kind,
+            keys_digest=keys_digest,
         )
 
 
@@ -141,8 +179,11 @@ def sign_entry(
     num_examples: int,
     tensors: Mapping[str, npt.NDArray[Any]],
     bfloat16: frozenset[str] = frozenset(),
+    kind: str = WEIGHTS,
+    keys_digest: str | None = None,
 ) -> SignedEntry:
-    """Hash the tensors in wire layout and sign the body; the tensors are not copied."""
+    """Hash the tensors in wire layout and sign the body; the tensors are not copied.
+    ``kind``/``keys_digest``: a typed entry (peerd.protocol.knowledge builds those)."""
     index, parts = tensor_views(tensors, bfloat16)
     digest = hashlib.sha256()
     for part in parts:
@@ -157,6 +198,8 @@ def sign_entry(
         tensors=index,
         digest=digest.hexdigest(),
         payload_len=sum(len(p) for p in parts),
+        kind=kind,
+        keys_digest=keys_digest,
     )
     envelope = SignedEnvelope.sign(key, ENTRY_DOMAIN, fleet_id, body.to_bytes())
     return SignedEntry(envelope, body, parts)

@@ -49,3 +49,20 @@ class UnknownVersionError(ProtocolError):
             Reason.MALFORMED, f"protocol version {version} is newer than the newest known {newest}"
         )
         self.version = version
+
+
+#: A peer's refusal that is about *us*, not about bytes we sent: the peer's manifest does not
+#: admit this node. Counted under the peer's reason (the operator must act on it), any other
+#: refusal as malformed.
+MEMBERSHIP_REFUSALS: frozenset[Reason] = frozenset(
+    {Reason.NOT_MEMBER, Reason.REVOKED, Reason.EXPIRED})
+
+
+class PeerRefusedError(ProtocolError):
+    """The peer ended the session with an ``Error`` message: it refused us."""
+
+    def __init__(self, code: str, text: str) -> None:
+        membership = next((r for r in MEMBERSHIP_REFUSALS if r.value == code), None)
+        super().__init__(membership or Reason.MALFORMED, f"peer refused: {code} {text}")
+        #: The peer's reason when it refused our membership (not_member, revoked, …).
+        self.membership = membership

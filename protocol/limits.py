@@ -98,3 +98,22 @@ VERSION_EPOCH_S = 1_577_836_800.0
 
 #: Default allowed clock skew for ``created_at`` in the future (seconds).
 DEFAULT_MAX_CLOCK_SKEW_S = 300.0
+
+# --- typed entries (peerd.protocol.knowledge) -------------------------------------------
+#: Most samples one knowledge or keys entry may carry (its num_examples, its rows). Threat:
+#: the rows a peer makes us hash, decode and put into the ANN index for one origin; with
+#: MAX_KEY_DIM float16 keys that is at most 16 MiB per keys entry. FedCache's clients hold
+#: ~200 samples each (FashionMNIST over 300 clients); a node with more publishes a subset.
+MAX_KNOWLEDGE_SAMPLES = 16_384
+#: Widest sample key. Threat: bounds a keys entry's row (and the ANN index's vector) size.
+MAX_KEY_DIM = 512
+#: Most classes of a knowledge schema. Threat: bounds a logits row (num_classes float16s)
+#: and with MAX_KNOWLEDGE_SAMPLES a knowledge entry's payload (32 MiB at the ceiling).
+MAX_KNOWLEDGE_CLASSES = 1024
+#: Largest |logit| accepted. Threat: teacher logits are averaged over R neighbours; one
+#: origin's 6e4 (float16's ceiling) would outvote the other R - 1 and saturate the softmax.
+#: Trained classifiers stay within tens.
+MAX_LOGIT_ABS = 1000.0
+#: How far from 1 a key's L2 norm may be (keys are L2-normalised, then rounded to float16:
+#: ~1e-3 relative error). Threat: a zero or huge key breaks cosine similarity in the index.
+KEY_NORM_TOLERANCE = 0.01

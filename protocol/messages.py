@@ -20,6 +20,7 @@ from peerd.protocol.envelope import SignedEnvelope, check_version
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.frames import frame_parts
 from peerd.protocol.identity import as_node_id
+from peerd.protocol.kinds import TYPED_KINDS, WEIGHTS
 from peerd.protocol.limits import (
     DIGEST_LEN,
     FLEET_ID_LEN,
@@ -94,6 +95,13 @@ class DigestItem:
     version: int
     created_at: float
     digest: bytes  # raw 32-byte payload SHA-256
+    #: The entry's kind (peerd.protocol.kinds): a fifth element on the wire, written only for
+    #: typed entries, so a weights Digest is byte for byte what it was before kinds existed.
+    kind: str = WEIGHTS
+
+    def to_wire(self) -> list[Any]:
+        row: list[Any] = [self.origin, self.version, float(self.created_at), self.digest]
+        return row if self.kind == WEIGHTS else [*row, self.kind]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,22 +113,28 @@ class Digest(_Message):
     entries: tuple[DigestItem, ...]
 
     def fields(self) -> dict[str, Any]:
-        return {
-            "entries": [[e.origin, e.version, float(e.created_at), e.digest] for e in self.entries]
-        }
+        return {"entries": [e.to_wire() for e in self.entries]}
 
     @classmethod
     def from_fields(cls, f: Fields) -> Digest:
         items = []
         for i, raw in enumerate(f.get("entries", as_list, MAX_DIGEST_ITEMS)):
             what = f"digest.entries[{i}]"
-            e = as_list(raw, what, 4, length=4)
+            e = as_list(raw, what, 5)
+            if len(e) not in (4, 5):
+                malformed(f"{what} must have 4 or 5 items, got {len(e)}")
+            kind = WEIGHTS
+            if len(e) == 5:  # typed: the kind is spelled out, and "weights" never is
+                kind = as_str(e[4], what + ".kind", 16)
+                if kind not in TYPED_KINDS:
+                    malformed(f"{what}.kind {kind!r} is unknown")
             items.append(
                 DigestItem(
                     origin=as_node_id(e[0], what + ".origin"),
                     version=as_int(e[1], what + ".version"),
                     created_at=as_float(e[2], what + ".created_at"),
                     digest=as_bytes(e[3], what + ".digest", DIGEST_LEN),
+                    kind=kind,
                 )
             )
         return cls(tuple(items))

@@ -46,7 +46,7 @@ from typing import TypeVar
 
 from peerd.core.reasons import Reason
 from peerd.protocol import messages as msg
-from peerd.protocol.errors import ProtocolError
+from peerd.protocol.errors import PeerRefusedError, ProtocolError
 from peerd.protocol.limits import MAX_CONTROL_FRAME_LEN, MAX_FRAME_LEN_CEILING
 
 
@@ -315,7 +315,7 @@ class Session:
         message = msg.decode_frame(frame)
         expected = EXPECTED[step.phase]
         if step.phase is not Phase.ENTRY and isinstance(message, msg.Error):
-            raise ProtocolError(Reason.MALFORMED, f"peer refused: {message.code} {message.text}")
+            raise PeerRefusedError(message.code, message.text)
         if not isinstance(message, expected):
             raise ProtocolError(Reason.MALFORMED, f"expected {expected.TYPE}, got {message.TYPE}")
         self._steps.popleft()

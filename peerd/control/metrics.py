@@ -62,6 +62,13 @@ class StatusMetrics(Collector):
         g = GaugeMetricFamily("peerd_cache_entries", "Peer entries held in the cache")
         g.add_metric([], float(len(s.cache)))
         yield g
+        ages = [row.age_s for row in s.cache]
+        if ages:  # an empty cache has no age: no sample rather than a made-up 0
+            for which, age in (("oldest", max(ages)), ("newest", min(ages))):
+                g = GaugeMetricFamily(f"peerd_cache_{which}_age_seconds",
+                                      f"Age of the {which} entry in the cache (since created)")
+                g.add_metric([], float(age))
+                yield g
         g = GaugeMetricFamily("peerd_peers", "Known peers by connection state",
                               labels=["state"])
         connected = sum(1 for p in s.peers if p.connected)
@@ -74,6 +81,13 @@ class StatusMetrics(Collector):
             c = CounterMetricFamily(f"peerd_bytes_{name}", f"Bytes {doc} peers")
             c.add_metric([], float(moved))
             yield c
+        c = CounterMetricFamily("peerd_entry_bytes", "Bytes of entries (signed body and "
+                                "payload) sent and received, by entry kind",
+                                labels=["direction", "kind"])
+        for key, moved_bytes in sorted(s.entry_bytes.items()):
+            direction, _, kind = key.partition("/")
+            c.add_metric([direction, kind], float(moved_bytes))
+        yield c
         c = CounterMetricFamily("peerd_entries_accepted", "Entries accepted into the cache")
         c.add_metric([], float(s.accepted))
         yield c

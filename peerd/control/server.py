@@ -287,6 +287,16 @@ def _check_stale(path: Path) -> None:
                                  "give each daemon its own [node] socket")
 
 
+def check_socket_free(path: Path) -> None:
+    """What :meth:`ControlServer.open` would refuse, checked before the daemon starts: a path
+    too long for AF_UNIX, a file that is not a socket, a live daemon answering on it
+    (ControlError ``bad_path``, ``path_in_use``, ``in_use``). A stale socket is removed."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH_LEN:
+        raise ControlError("bad_path", f"socket path {path} is longer than "
+                                       f"{MAX_SOCKET_PATH_LEN} bytes; set [node] socket")
+    _check_stale(path)
+
+
 async def open_control_listener(path: Path, *, group: str | None = None) -> trio.SocketListener:
     """Bind the control socket at ``path`` (0600, or 0660 to ``group``) and listen."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH_LEN:

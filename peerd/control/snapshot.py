@@ -72,7 +72,7 @@ NO_TRANSPORT = TransportSnapshot()
 
 def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
                  transport: TransportSnapshot, config: ConfigStatus, listen: Sequence[str],
-                 now: float) -> Status:
+                 now: float, membership: str = "member") -> Status:
     clock = node.clock(now)
     cache = tuple(
         CacheRow(
@@ -87,6 +87,7 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
             received_from=item.received_from,
             received_at=item.received_at,
             verified=item.verified,
+            kind=item.meta.kind,
         )
         for item in node.cache
     )
@@ -126,12 +127,14 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
             listen=tuple(listen),
             bytes_in=transport.bytes_in,
             bytes_out=transport.bytes_out,
+            membership=membership,
         ),
         config=config,
         cache=cache,
         peers=tuple(rows),
         accepted=node.accepted,
         rejected=dict(sorted(node.rejected.items())),
+        entry_bytes=dict(sorted(node.entry_bytes.items())),
         dropped=dict(sorted(node.dropped.items())),
         flagged=tuple(sorted(node.ledger.flagged)),
     )

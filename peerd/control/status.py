@@ -25,7 +25,7 @@ import math
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from peerd.node.peers import PeerSource
@@ -66,6 +66,22 @@ class NodeStatus:
     #: Since start, peers no longer listed included (the metrics' byte counters).
     bytes_in: int
     bytes_out: int
+    #: "member"; or why this node is not one (not_member, revoked, expired: by its own
+    #: manifest, or as a peer refused it); "unknown" while it holds no signed manifest.
+    membership: str
+
+
+MEMBER = "member"
+
+
+def membership_advice(fleet: str, node_id: str, membership: str) -> str | None:
+    """What the operator of a node that is not admitted must do (None for a member, or while
+    nothing is known): the daemon logs it and ``peerd status`` shows it."""
+    if membership in (MEMBER, "unknown"):
+        return None
+    what = {"revoked": "revoked from", "expired": "membership expired in"}.get(
+        membership, "not admitted to")
+    return f"{what} fleet {fleet}: ask the admin to run 'peerd fleet admit {node_id}'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +95,8 @@ class ConfigStatus:
     local_steps: int
     alpha: str
     epsilon: float
+    #: Seconds after which an unchanged model is republished anyway (ε > 0 skips publishes).
+    max_silence_s: float
     round_interval_s: float
     task: str
 
@@ -96,6 +114,8 @@ class CacheRow:
     received_from: str | None
     received_at: float
     verified: bool
+    #: "weights", or "knowledge" (per-sample logits: ``examples`` counts its samples).
+    kind: str = "weights"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +149,8 @@ class Status:
     rejected: Mapping[str, int]  # by reason, sorted: hostile or broken entries
     dropped: Mapping[str, int]  # by reason, sorted: benign (stale, not newer, evicted)
     flagged: tuple[str, ...]  # origins caught equivocating
+    #: Entry bytes (head + payload) by "sent/KIND" and "received/KIND" since start.
+    entry_bytes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

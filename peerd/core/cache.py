@@ -4,7 +4,9 @@
 2. Drop entries — held *and* received — whose staleness exceeds τ_max.
 3./4. Per origin keep only the latest: the highest version wins. The same origin and version
    with a *different* payload is equivocation: reported, never silently merged.
-5. Sort survivors by recency and keep the first ``C``.
+5. Sort survivors by recency and keep the first ``C`` (and, with a ``sample_budget``, only as
+   many of those as fit it together: knowledge entries are counted in samples, their
+   ``num_examples``, since one may carry 10 samples and the next 10,000).
 
 The node's own model is not a cache entry: it is always part of the blend and does not count
 against ``C`` (so ``C`` is exactly the number of *peer* models a node keeps). Entries of our own
@@ -67,6 +69,7 @@ def merge(
     tau_max: float,
     capacity: int,
     own_origin: str | None = None,
+    sample_budget: int | None = None,
 ) -> MergeResult:
     """Merge ``received`` into ``held``; returns the new cache and an account of every drop."""
     if capacity < 0:
@@ -121,6 +124,16 @@ def merge(
         return (-clock.recency(item.meta), salt.digest(), item.meta.origin)
 
     kept = heapq.nsmallest(capacity, winners, key=order)
+    if sample_budget is not None:
+        # Freshest first until the budget is spent; a fresher entry never loses its place to
+        # a smaller, older one (that would reward splitting knowledge into small entries).
+        total, fits = 0, []
+        for item in kept:
+            total += item.meta.num_examples
+            if total > sample_budget:
+                break
+            fits.append(item)
+        kept = fits
     kept_ids = {id(item) for item in kept}
     for item in winners:
         if id(item) not in kept_ids:

@@ -111,6 +111,9 @@ class EntryMeta:
     schema_id: str
     num_examples: int
     digest: str  # payload_digest of the tensors
+    #: What the entry carries (peerd.protocol.kinds): "weights" (a model), "knowledge" (per-
+    #: sample logits; num_examples is then its sample count) or "keys". Signed by the origin.
+    kind: str = "weights"
 
 
 @dataclass(frozen=True, slots=True)

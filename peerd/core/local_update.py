@@ -29,6 +29,8 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 LossName = Literal["cross_entropy", "mse"]
+#: A replacement task loss: (outputs, targets, batch row indices) -> scalar.
+Objective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _criterion(loss: LossName) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -83,11 +85,14 @@ def local_update(
     loss: LossName,
     generator: torch.Generator,
     anchor: Mapping[str, torch.Tensor] | None = None,
+    objective: Objective | None = None,
 ) -> LocalResult:
     """Train ``model`` in place for ``steps`` proximal SGD steps on ``(X, y)``.
 
     ``anchor`` is x̄, the model the round started from (default: a copy of the model as
     passed in; a caller that holds x̄ anyway, e.g. the published entry, saves that copy).
+    ``objective`` replaces the task loss f (e.g. :mod:`peerd.core.distill`'s CE + β·KL); it
+    gets the batch's outputs, targets and row indices into ``X``; the losses reported are its.
     """
     if rho < 0 or lr <= 0:
         raise ValueError(f"need rho >= 0 and lr > 0 (got rho={rho}, lr={lr})")
@@ -141,7 +146,8 @@ def local_update(
     try:
         for k in range(steps):
             idx = batches[k]
-            value = criterion(model(X[idx]), y[idx])
+            out = model(X[idx])
+            value = criterion(out, y[idx]) if objective is None else objective(out, y[idx], idx)
             value.backward()  # type: ignore[no-untyped-call]
             losses[k] = value.detach()
     finally:

@@ -26,6 +26,7 @@ class Reason(StrEnum):
     EQUIVOCATION = "equivocation"  # same origin+version, different payload
     EVICTED = "evicted"  # pushed out by capacity C (fresher entries won)
     OWN_ORIGIN = "own_origin"  # a peer relayed our own entry back to us
+    UNREFERENCED = "unreferenced"  # a keys entry no held knowledge entry names (kinds)
     # --- protocol / membership (peerd.protocol): the envelope is unacceptable ---------
     MALFORMED = "malformed"  # frame or message does not parse
     BAD_SIGNATURE = "bad_signature"  # Ed25519 signature does not verify
@@ -43,5 +44,5 @@ class Reason(StrEnum):
 #: Reasons that mean "the entry was fine but we keep something better"; they are counted
 #: separately from rejections so an operator does not mistake normal gossip for an attack.
 BENIGN: frozenset[Reason] = frozenset(
-    {Reason.STALE, Reason.NOT_NEWER, Reason.EVICTED, Reason.OWN_ORIGIN}
+    {Reason.STALE, Reason.NOT_NEWER, Reason.EVICTED, Reason.OWN_ORIGIN, Reason.UNREFERENCED}
 )

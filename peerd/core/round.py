@@ -21,6 +21,19 @@ daemon: one). What the round decides, per agent:
    (:func:`peerd.core.drift.should_publish`); without one (simulator, demo) every round
    publishes, as in the lecture's round.
 
+**Policies.** A round is one blend policy and one local policy
+(:class:`BlendPolicy`, :data:`LocalPolicy`):
+
+* weight mode (the default): blend ``weighted`` (Σ α_j x_j over the cache) and local ``plain``
+  (K proximal steps, ``ops.train``);
+* knowledge mode (FedCache without a server): blend ``none`` (nothing is averaged: models may
+  even differ in architecture) and local :class:`peerd.core.distill.Distillation` (CE + β·KL
+  towards the knowledge cache's teachers, ``ops.distill``; the ops must be
+  :class:`KnowledgeOps`).
+
+Later policies (median, trimmed mean or Krum blends; FedBSS or cordial local steps) are new
+values here, not new round functions.
+
 What it must not do: touch a model, a file, a socket or a clock, or draw random numbers. Time
 comes in as ``clock``, randomness inside the ops (each training carries its generator).
 
@@ -36,9 +49,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from peerd.core.alpha import AlphaPolicy
+from peerd.core.distill import Distillation
 from peerd.core.drift import should_publish
 from peerd.core.entry import CacheItem, EntryMeta
 from peerd.core.plan import BlendPlan, blend_plan
@@ -83,6 +97,32 @@ class RoundOps(BlendOps, Protocol[T_co]):
 
         Returns what the caller needs afterwards (trained models, losses); the round hands it
         to the publish rule and back, unread."""
+
+
+@runtime_checkable
+class KnowledgeOps(RoundOps[T_co], Protocol[T_co]):
+    def distill(self, anchors: Sequence[Anchor], policy: Distillation) -> T_co:
+        """One local epoch of distillation for every agent (teachers are the ops' business:
+        its knowledge cache); returns what the caller needs afterwards, like ``train``."""
+
+
+class BlendPolicy(StrEnum):
+    """How a round combines the models an agent holds."""
+
+    #: x = Σ α_j x_j over own model and cache, α from the :class:`AlphaPolicy` (weight mode).
+    WEIGHTED = "weighted"
+    #: Nothing is combined: every plan is the own model alone (knowledge mode).
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    """The local policy of weight mode: K proximal SGD steps on the task loss."""
+
+
+PLAIN = Plain()
+#: How an agent trains after the blend.
+LocalPolicy = Plain | Distillation
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,15 +180,33 @@ def cached_dfl_round(
     rho: float,
     ops: RoundOps[T],
     rule: PublishRule[T] | None = None,
+    blend: BlendPolicy = BlendPolicy.WEIGHTED,
+    local: LocalPolicy = PLAIN,
 ) -> RoundOutcome[T]:
-    """One round for every agent: plan → α → blend → local update → publish decision."""
+    """One round for every agent: plan → α → blend → local update → publish decision.
+
+    ``blend`` and ``local`` choose the policies (module docstring); the defaults are the
+    lecture's Cached-DFL round."""
     if not agents:
         raise ValueError("a round needs at least one agent")
     if not (math.isfinite(rho) and rho >= 0):
         raise ValueError(f"rho must be finite and >= 0, got {rho}")
-    plans = blend_step(agents, clock=clock, policy=policy, ops=ops)
+    if blend is BlendPolicy.WEIGHTED:
+        plans = blend_step(agents, clock=clock, policy=policy, ops=ops)
+    elif blend is BlendPolicy.NONE:
+        plans = tuple(BlendPlan((a.own.origin,), (1.0,)) for a in agents)
+    else:
+        raise ValueError(f"unknown blend policy {blend!r}")
     anchors = tuple(anchor_for(a, p, rho) for a, p in zip(agents, plans, strict=True))
-    trained = ops.train(anchors)
+    trained: T
+    if isinstance(local, Distillation):
+        if not isinstance(ops, KnowledgeOps):
+            raise TypeError("a distillation round needs KnowledgeOps (an ops.distill)")
+        trained = ops.distill(anchors, local)
+    elif isinstance(local, Plain):
+        trained = ops.train(anchors)
+    else:
+        raise ValueError(f"unknown local policy {local!r}")
     if rule is None:
         return RoundOutcome(plans, anchors, trained, None, (True,) * len(agents))
     moved = tuple(rule.drift(trained))

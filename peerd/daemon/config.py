@@ -17,25 +17,55 @@ status`` loads it (hence ``peerd.core.limits``, not ``peerd.core.validate``).
 
 from __future__ import annotations
 
-import ipaddress
-import math
-import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from peerd.control.status import ConfigStatus
-from peerd.core.alpha import AlphaError, AlphaPolicy
+from peerd.core.alpha import AlphaPolicy
 
 # peerd.core.limits, not peerd.core.validate (torch): `peerd status` loads this module.
 from peerd.core.limits import ValidationLimits
-from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
+from peerd.daemon.config_checks import (
+    BadValueError,
+    Check,
+    check_alpha,
+    check_bool,
+    check_choice,
+    check_float,
+    check_hex,
+    check_host_port,
+    check_int,
+    check_ip,
+    check_model_name,
+    check_multiaddr,
+    check_optional,
+    check_partition,
+    check_path,
+    check_socket_path,
+    check_staleness,
+    check_str,
+    check_str_list,
+    check_task_name,
+    shown,
+)
+from peerd.protocol.limits import (
+    FLEET_ID_LEN,
+    MAX_DIGEST_ITEMS,
+    MAX_KEY_DIM,
+    MAX_MEMBERS,
+    PUBLIC_KEY_LEN,
+)
 
 DEFAULT_CONFIG_PATH = Path("/etc/peerd/peerd.toml")
 DEFAULT_STATE_DIR = Path("/var/lib/peerd")
 DEFAULT_SOCKET = Path("/run/peerd/peerd.sock")
+#: The control socket's name inside a state directory other than DEFAULT_STATE_DIR.
+SOCKET_NAME = "peerd.sock"
+#: Environment variable naming the state directory (as ``--state-dir`` does, for every command).
+STATE_DIR_ENV = "PEERD_STATE_DIR"
 #: The default libp2p port; several daemons on one machine each need their own (or 0).
 DEFAULT_LISTEN_PORT = 4011
 
@@ -43,8 +73,6 @@ DEFAULT_LISTEN_PORT = 4011
 MAX_CONFIG_FILE_LEN = 1 << 20
 #: Bound on static peers: each is dialled and retried, so the list is a cost, not free data.
 MAX_STATIC_PEERS = 256
-#: AF_UNIX socket paths are limited to 108 bytes (sun_path) on Linux, NUL included.
-MAX_SOCKET_PATH_LEN = 107
 #: Bound on mDNS interface names: a host has a handful; a long list is a mistake.
 MAX_MDNS_INTERFACES = 64
 #: Bound on CSV feature column names (wide tables exist; a million names is a mistake).
@@ -53,11 +81,19 @@ MAX_CSV_FEATURES = 100_000
 MAX_TORCH_THREADS = 1024
 #: Bound on concurrent entry receptions: each writes one model-sized temporary file.
 MAX_CONCURRENT_RECEIVES = 64
+#: Bound on the cache capacity C. The cache keeps one entry per origin and a manifest lists
+#: at most MAX_MEMBERS nodes, so a larger C holds nothing more; it would only inflate the
+#: per-peer byte budget (a burst of C + 1 entries) and the disk a cache may fill.
+MAX_CAPACITY = MAX_MEMBERS
+#: Shortest round interval. The automatic per-peer byte rate is one whole session per
+#: interval, so an interval near 0 would make that budget unbounded (and 0 divides by zero);
+#: a round also trains K steps, which takes longer than this anyway.
+MIN_ROUND_INTERVAL_S = 0.1
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-TASKS = ("digits", "mnist", "fashion-mnist", "csv")
-_CUSTOM_TASK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-_PARTITION = re.compile(r"^(iid|shards|dirichlet:.+)$")
+#: What a node exchanges: models (every node one architecture) or per-sample knowledge.
+LEARNING_MODES = ("weights", "knowledge")
+#: Built-in model names of ``[task] model`` (peerd.learn.models); or package.module:attr.
 
 
 class ConfigError(ValueError):
@@ -71,8 +107,9 @@ class ConfigError(ValueError):
 class NodeConfig:
     #: Identity key, cache entries, counters, audit log (created 0700).
     state_dir: Path = DEFAULT_STATE_DIR
-    #: Control socket (``peerd status``); a setting so several daemons can share a machine.
-    socket: Path = DEFAULT_SOCKET
+    #: Control socket (``peerd status``); None: :func:`default_socket` of the state directory,
+    #: so two daemons with different state directories never share one.
+    socket: Path | None = None
     #: When set, the socket is 0660 and owned by this group (instead of 0600, owner only).
     socket_group: str | None = None
     #: torch intra-op threads for training: the device has other work to do.
@@ -81,6 +118,19 @@ class NodeConfig:
     #: slower training steps; a daemon trains for a small part of each round interval.
     lean_memory: bool = True
     log_level: str = "info"
+
+    @property
+    def control_socket(self) -> Path:
+        """The control socket in force: ``socket`` if set, else :func:`default_socket`."""
+        return self.socket if self.socket is not None else default_socket(self.state_dir)
+
+
+def default_socket(state_dir: Path) -> Path:
+    """``/run/peerd/peerd.sock`` for the system state directory ``/var/lib/peerd``, else
+    ``<state_dir>/peerd.sock``: a second daemon (another state directory) never collides."""
+    if Path(state_dir).absolute() == DEFAULT_STATE_DIR:
+        return DEFAULT_SOCKET
+    return Path(state_dir) / SOCKET_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +167,7 @@ class FleetConfig:
 class LearningConfig:
     #: Staleness cutoff τ_max, in seconds.
     tau_max: float = 600.0
-    #: Only "time": "rounds" is refused (see _staleness); the simulator keeps round ages.
+    #: Only "time": "rounds" is refused (see check_staleness); the simulator keeps round ages.
     staleness: Literal["time"] = "time"
     capacity: int = 10  # C: peer entries kept in the cache
     rho: float = 0.01  # ρ: proximal weight towards the blend
@@ -131,6 +181,17 @@ class LearningConfig:
     #: With ε > 0: re-sign and publish the current model after this many seconds without a
     #: publication, so peers never age the node's entry out past τ_max. None: τ_max / 2.
     max_silence_s: float | None = None
+    #: "weights" (Cached-DFL: models are exchanged and blended) or "knowledge" (FedCache:
+    #: per-sample logits are exchanged and distilled from; architectures may differ).
+    mode: str = "weights"
+    #: Knowledge mode: the sample key's width (all nodes of a fleet must agree).
+    key_dim: int = 64
+    #: Knowledge mode: β (weight of the KL term), temperature and R (neighbours averaged).
+    distill_beta: float = 1.5
+    distill_temperature: float = 3.0
+    distill_r: int = 16
+    #: Knowledge mode: samples kept in the cache over all peers (besides C entries).
+    sample_capacity: int = 100_000
 
     @property
     def alpha_policy(self) -> AlphaPolicy:
@@ -169,6 +230,9 @@ class TaskConfig:
     #: Feature columns; empty = every column but the label.
     csv_features: tuple[str, ...] = ()
     csv_kind: Literal["classification", "regression"] = "classification"
+    #: small | medium | large | cnn | mlp | linear | package.module:attr; None: the task's
+    #: default. Knowledge mode lets every node pick its own; weight mode needs one fleet-wide.
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +251,8 @@ class Config:
         lc = self.learning
         return ConfigStatus(tau_max=lc.tau_max, staleness=lc.staleness, capacity=lc.capacity,
                             rho=lc.rho, local_steps=lc.local_steps, alpha=lc.alpha,
-                            epsilon=lc.epsilon, round_interval_s=lc.round_interval_s,
-                            task=self.task.name)
+                            epsilon=lc.epsilon, max_silence_s=lc.silence_limit_s,
+                            round_interval_s=lc.round_interval_s, task=self.task.name)
 
     @classmethod
     def default(cls, admin_public_key: bytes, fleet_id: bytes, *,
@@ -203,204 +267,46 @@ class Config:
         })
 
 
-# ---------------------------------------------------------------------------- value checks
-
-Check = Callable[[Any], Any]
-
-
-class _BadError(Exception):
-    """A value check failed; the message says what was expected (the key is added later)."""
-
-
-def _got(v: Any) -> str:
-    return repr(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
-
-
-def _int(lo: int, hi: int | None = None) -> Check:
-    def check(v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-            rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-            raise _BadError(f"must be an integer {rng}, got {_got(v)}")
-        return v
-    return check
-
-
-def _float(lo: float, *, strict: bool = False) -> Check:
-    def check(v: Any) -> float:
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        if not ok or (v <= lo if strict else v < lo):
-            op = ">" if strict else ">="
-            raise _BadError(f"must be a finite number {op} {lo:g}, got {_got(v)}")
-        return float(v)
-    return check
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str) or not v:
-        raise _BadError(f"must be a non-empty string, got {_got(v)}")
-    return v
-
-
-def _bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise _BadError(f"must be true or false, got {_got(v)}")
-    return v
-
-
-def _choice(*options: str) -> Check:
-    def check(v: Any) -> str:
-        if v not in options:
-            raise _BadError(f"must be one of {', '.join(options)}, got {_got(v)}")
-        return str(v)
-    return check
-
-
-def _path(v: Any) -> Path:
-    if not isinstance(v, str) or not v or "\0" in v:
-        raise _BadError(f"must be a non-empty path string, got {_got(v)}")
-    return Path(v).expanduser()
-
-
-def _socket_path(v: Any) -> Path:
-    p = _path(v)
-    if len(str(p).encode()) > MAX_SOCKET_PATH_LEN:
-        raise _BadError(f"a Unix socket path holds at most {MAX_SOCKET_PATH_LEN} bytes, got {p}")
-    return p
-
-
-def _hex(length: int) -> Check:
-    def check(v: Any) -> bytes:
-        try:
-            raw = bytes.fromhex(v) if isinstance(v, str) else None
-        except ValueError:
-            raw = None
-        if raw is None or len(raw) != length:
-            raise _BadError(f"must be {length} bytes as {2 * length} hex digits, got {_got(v)}")
-        return raw
-    return check
-
-
-def _str_list(limit: int, item: Check = _str) -> Check:
-    def check(v: Any) -> tuple[Any, ...]:
-        if not isinstance(v, list) or len(v) > limit:
-            raise _BadError(f"must be a list of at most {limit} strings, got {_got(v)}")
-        try:
-            return tuple(item(x) for x in v)
-        except _BadError as exc:
-            raise _BadError(f"list item: {exc}") from None
-    return check
-
-
-def _multiaddr(v: Any) -> str:
-    # Full parsing is the transport's job (py-libp2p); here catch the obvious mistakes early.
-    if not isinstance(v, str) or not v.startswith("/") or "/p2p/" not in v:
-        raise _BadError("must be a multiaddr like /ip4/10.0.0.2/tcp/4011/p2p/12D3KooW..., "
-                             f"got {_got(v)}")
-    return v
-
-
-def _host_port(v: Any) -> str:
-    if isinstance(v, str) and ":" in v:
-        host, _, port = v.rpartition(":")
-        host = host.strip("[]")
-        try:
-            ipaddress.ip_address(host)
-            if 0 < int(port) < 65536:
-                return v
-        except ValueError:
-            pass
-    raise _BadError(f"must be IP:PORT (e.g. 127.0.0.1:9464), got {_got(v)}")
-
-
-def _ip(v: Any) -> str:
-    try:
-        return str(ipaddress.ip_address(v))
-    except ValueError:
-        raise _BadError(f"must be an IP address, got {_got(v)}") from None
-
-
-def _staleness(v: Any) -> str:
-    if v == "rounds":
-        # An age in rounds subtracts an origin's *version* from this node's *round*: nodes
-        # share no round counter, and version != round once epsilon skips a publish, so a
-        # newcomer's entries look ancient (never fetched) and an old node's look negative
-        # (never age out, full alpha). Only the simulator, where version = round, keeps it.
-        raise _BadError('"rounds" is not supported by the daemon: nodes share no round '
-                        "counter (an entry's version is not a round once epsilon skips a "
-                        'publish), so round ages are meaningless across nodes; use "time" '
-                        "with tau_max in seconds")
-    return str(_choice("time")(v))
-
-
-def _alpha(v: Any) -> str:
-    spec = _str(v)
-    try:
-        AlphaPolicy.parse(spec)
-    except AlphaError as exc:
-        raise _BadError(f"bad alpha policy: {exc}") from None
-    return spec
-
-
-def _task_name(v: Any) -> str:
-    if v in TASKS or (isinstance(v, str) and _CUSTOM_TASK.match(v)):
-        return str(v)
-    raise _BadError(f"must be one of {', '.join(TASKS)} or package.module:attr, got {_got(v)}")
-
-
-def _partition(v: Any) -> str:
-    if isinstance(v, str) and _PARTITION.match(v):
-        if v.startswith("dirichlet:"):
-            try:
-                pi = float(v.split(":", 1)[1])
-            except ValueError:
-                pi = math.nan
-            if not (math.isfinite(pi) and pi > 0):
-                raise _BadError(f"dirichlet concentration must be a positive number, got {v!r}")
-        return v
-    raise _BadError(f"must be iid, shards or dirichlet:PI, got {_got(v)}")
-
-
-def _optional(check: Check) -> Check:
-    # TOML has no null: an optional key is simply left out; an empty string also means unset.
-    def opt(v: Any) -> Any:
-        return None if v == "" else check(v)
-    return opt
-
-
 _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
     "node": (NodeConfig, {
-        "state_dir": _path, "socket": _socket_path, "socket_group": _optional(_str),
-        "torch_threads": _int(1, MAX_TORCH_THREADS), "lean_memory": _bool,
-        "log_level": _choice(*LOG_LEVELS),
+        "state_dir": check_path, "socket": check_optional(check_socket_path),
+        "socket_group": check_optional(check_str),
+        "torch_threads": check_int(1, MAX_TORCH_THREADS), "lean_memory": check_bool,
+        "log_level": check_choice(*LOG_LEVELS),
     }),
     "network": (NetworkConfig, {
-        "listen_host": _ip, "listen_port": _int(0, 65535), "mdns": _bool,
-        "mdns_interfaces": _str_list(MAX_MDNS_INTERFACES),
-        "static_peers": _str_list(MAX_STATIC_PEERS, _multiaddr),
-        "metrics_listen": _optional(_host_port),
-        "peer_bytes_per_s": _optional(_int(1)),
-        "max_concurrent_receives": _int(1, MAX_CONCURRENT_RECEIVES),
+        "listen_host": check_ip, "listen_port": check_int(0, 65535), "mdns": check_bool,
+        "mdns_interfaces": check_str_list(MAX_MDNS_INTERFACES),
+        "static_peers": check_str_list(MAX_STATIC_PEERS, check_multiaddr),
+        "metrics_listen": check_optional(check_host_port),
+        "peer_bytes_per_s": check_optional(check_int(1)),
+        "max_concurrent_receives": check_int(1, MAX_CONCURRENT_RECEIVES),
     }),
     "fleet": (FleetConfig, {
-        "admin_public_key": _hex(PUBLIC_KEY_LEN), "fleet_id": _hex(FLEET_ID_LEN),
-        "manifest": _optional(_path),
+        "admin_public_key": check_hex(PUBLIC_KEY_LEN), "fleet_id": check_hex(FLEET_ID_LEN),
+        "manifest": check_optional(check_path),
     }),
     "learning": (LearningConfig, {
-        "tau_max": _float(0.0), "staleness": _staleness,
-        "capacity": _int(0), "rho": _float(0.0), "local_steps": _int(1),
-        "batch_size": _int(1), "lr": _float(0.0, strict=True), "alpha": _alpha,
-        "epsilon": _float(0.0), "round_interval_s": _float(0.0),
-        "max_silence_s": _optional(_float(0.0, strict=True)),
+        "tau_max": check_float(0.0), "staleness": check_staleness,
+        "capacity": check_int(0, MAX_CAPACITY), "rho": check_float(0.0),
+        "local_steps": check_int(1),
+        "batch_size": check_int(1), "lr": check_float(0.0, strict=True), "alpha": check_alpha,
+        "epsilon": check_float(0.0), "round_interval_s": check_float(MIN_ROUND_INTERVAL_S),
+        "max_silence_s": check_optional(check_float(0.0, strict=True)),
+        "mode": check_choice(*LEARNING_MODES), "key_dim": check_int(1, MAX_KEY_DIM),
+        "distill_beta": check_float(0.0), "distill_temperature": check_float(0.0, strict=True),
+        "distill_r": check_int(1), "sample_capacity": check_int(1),
     }),
     "validation": (ValidationConfig, {
-        "max_norm": _float(0.0, strict=True), "max_examples": _int(1),
-        "max_future_skew_s": _float(0.0),
+        "max_norm": check_float(0.0, strict=True), "max_examples": check_int(1),
+        "max_future_skew_s": check_float(0.0),
     }),
     "task": (TaskConfig, {
-        "name": _task_name, "partition": _partition, "node_index": _int(0),
-        "node_count": _int(1), "seed": _int(0), "csv_glob": _optional(_str),
-        "csv_label": _str, "csv_features": _str_list(MAX_CSV_FEATURES),
-        "csv_kind": _choice("classification", "regression"),
+        "name": check_task_name, "partition": check_partition, "node_index": check_int(0),
+        "node_count": check_int(1), "seed": check_int(0), "csv_glob": check_optional(check_str),
+        "csv_label": check_str, "csv_features": check_str_list(MAX_CSV_FEATURES),
+        "csv_kind": check_choice("classification", "regression"),
+        "model": check_optional(check_model_name),
     }),
 }
 _REQUIRED = {"fleet": ("admin_public_key", "fleet_id")}
@@ -417,7 +323,7 @@ for _name, (_cls, _checks) in _SCHEMA.items():
 def _section(name: str, raw: Any, base: Path | None) -> Any:
     cls, checks = _SCHEMA[name]
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"[{name}] must be a table, got {_got(raw)}")
+        raise ConfigError(f"[{name}] must be a table, got {shown(raw)}")
     unknown = sorted(set(raw) - set(checks))
     if unknown:
         raise ConfigError(f"[{name}] {unknown[0]}: unknown key "
@@ -429,7 +335,7 @@ def _section(name: str, raw: Any, base: Path | None) -> Any:
     for key, value in raw.items():
         try:
             values[key] = checks[key](value)
-        except _BadError as exc:
+        except BadValueError as exc:
             raise ConfigError(f"[{name}] {key}: {exc}") from None
         if isinstance(values[key], Path) and base is not None:
             # Relative paths are relative to the config file, not to the daemon's cwd
@@ -462,6 +368,21 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
                               f"got {task.node_index}")
         if task.name == "csv" and task.csv_glob is None:
             raise ConfigError("[task] csv_glob: required when name = \"csv\"")
+    if learning is not None and learning.mode == "knowledge":
+        if task is not None and task.name == "csv" and task.csv_kind == "regression":
+            # Knowledge is per-sample class logits retrieved by same-label neighbours.
+            raise ConfigError('[learning] mode: "knowledge" needs a classification task, '
+                              'got [task] csv_kind = "regression"')
+        if learning.epsilon > 0:
+            raise ConfigError('[learning] epsilon: must be 0 in mode = "knowledge" (logits '
+                              f"change every round and cost little), got {learning.epsilon:g}")
+        # A knowledge node announces two entries per origin (knowledge and keys), own
+        # included: all of them must fit one Digest.
+        most = MAX_DIGEST_ITEMS // 2 - 1
+        if learning.capacity > most:
+            raise ConfigError(f'[learning] capacity: at most {most} in mode = "knowledge" '
+                              f"(a Digest lists two entries per origin), got "
+                              f"{learning.capacity}")
     return Config(**parts, source=source)
 
 

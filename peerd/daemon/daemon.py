@@ -42,8 +42,11 @@ from peerd.core.entry import CacheItem, Schema
 from peerd.core.staleness import StalenessMode
 from peerd.daemon import sdnotify
 from peerd.daemon.config import Config
+from peerd.daemon.knowledge import attach
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
-from peerd.daemon.startup import load_manifest, read_node_key, transport_config
+from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
+from peerd.daemon.startup import DaemonError, load_manifest, read_node_key, transport_config
+from peerd.learn.knowround import task_model
 from peerd.learn.tasks import Task, load_task
 from peerd.learn.trainer import RoundInput, RoundOutput, drift_to, run_round
 from peerd.net.discovery import Discovery, PeerHint, open_discovery
@@ -93,7 +96,7 @@ class Daemon:
                                     node_count=t.node_count, seed=t.seed, csv_glob=t.csv_glob,
                                     csv_label=t.csv_label, csv_features=t.csv_features,
                                     csv_kind=t.csv_kind)
-        self.model = self.task.model()
+        self.model = task_model(self.task, t.model)  # [task] model, else the task's own
         learning = cfg.learning
         self.node = NodeState(
             key=self.key, fleet_id=cfg.fleet.fleet_id, manifest=manifest,
@@ -115,12 +118,16 @@ class Daemon:
         #: that is gone (TCP notices after minutes), so the next dial starts afresh.
         self._moved: set[str] = set()
         self.listen_addrs: list[str] = []
+        self._connections = ConnectionLog(self._admits)
+        self._membership = Membership(cfg.fleet.fleet_id.hex(), self.node.id)
         self.ready = trio.Event()
         self._metrics: StatusMetrics | None = None
         # Peers take turns at the slots: one member's 8 streams queue once, not 8 times.
         self._receive_slots = ReceiveSlots(cfg.network.max_concurrent_receives)
         #: The model equals the published entry's tensors bit for bit (see RoundInput).
         self._model_is_published = False
+        #: Knowledge mode (FedCache): the node becomes a KnowledgeState, rounds distil.
+        self.knowledge = attach(self) if learning.mode == "knowledge" else None
         self._restore()
 
     # ------------------------------------------------------------------ state
@@ -148,11 +155,12 @@ class Daemon:
         # Versions of ours known: a peer's copy of one is only fetched back when newer.
         self.node.own_max_version_seen = max(self.node.own_max_version_seen, version)
         self._written = {f"{i.meta.origin}@{i.meta.version}" for i in self.node.cache}
-        log.info("node %s: round %d, version %d, own entry %s, %d cached entries restored "
-                 "(%d refused)", self.node.id, counters.round, version,
-                 "restored" if restored.own else "none", restored.cached, restored.refused)
+        log.info("node %s: round %d, version %d, own entry %s, %s restored (%d refused)",
+                 self.node.id, counters.round, version, "restored" if restored.own else "none",
+                 plural(restored.cached, "cached entry", "cached entries"), restored.refused)
         self.state.audit("start", node=self.node.id, round=counters.round, version=version,
                          cached=restored.cached, refused=restored.refused)
+        self._membership.tell(self.membership())
 
     def _persist(self) -> None:
         """Runs in a worker thread: cache entries not yet on disk and the index. One at a
@@ -179,6 +187,12 @@ class Daemon:
 
     # ------------------------------------------------------------------ rounds
     async def _round(self) -> None:
+        if self.knowledge is not None:
+            await self.knowledge.round()
+            self._wake_gossip.set()
+            if self._metrics is not None:
+                self._metrics.update(self.status())
+            return
         node, learning = self.node, self.cfg.learning
         now = self.now()
         for item in node.expire(now):
@@ -248,7 +262,7 @@ class Daemon:
         if self._metrics is not None:
             self._metrics.update(self.status())
         sdnotify.status(f"round {node.round}, version {m.version}, {len(node.cache)} cached, "
-                        f"{len(self.peers)} peers")
+                        f"{plural(len(self.peers), 'peer', 'peers')}")
 
     async def _round_loop(self) -> None:
         interval = self.cfg.learning.round_interval_s
@@ -269,6 +283,8 @@ class Daemon:
             self.state.audit("manifest", seq=self.node.manifest.seq)
             if self._discovery is not None:  # records of newly admitted nodes count now
                 self._discovery.recheck()
+            if self.transport is not None:  # a member it revoked keeps no connection
+                self.transport.close_unadmitted()
 
         return SessionContext(admin_key=self.cfg.fleet.admin_public_key, now=self.now,
                               on_manifest=adopted,
@@ -289,11 +305,15 @@ class Daemon:
                     self.peers.failed(known, "session timed out", now)
                 return
             self._session_outcome(known, peer_id, now, ", ".join(result.refused) or None)
+            if result.refused_as is not None or not result.refused:
+                self._membership.refused_as = result.refused_as
+                self._membership.tell(self.membership(), peer_id)
             self.node.release()  # pages the sends and verifications read
             if result.received:
                 await trio.to_thread.run_sync(self._persist)
                 release_freed_memory()  # verification's temporaries, frames of refused entries
-                log.info("received %d entries from %s", result.received, peer_id[-8:])
+                log.info("received %s from %s", plural(result.received, "entry", "entries"),
+                         short_id(peer_id))
             for reason, n in result.refused.items():
                 self.state.audit("refused", peer=peer_id, reason=reason, count=n)
             await self._save_ledger()  # what was accepted or flagged must survive a restart
@@ -315,6 +335,11 @@ class Daemon:
             self.peers.failed(known, f"refused: {refusal}", now, refused=True)
             if known.source != "static" and self.node.manifest_envelope is not None:
                 self.peers.forget(peer_id)
+
+    def membership(self) -> str:
+        """"member", or why not (see :class:`peerd.daemon.notices.Membership`)."""
+        return self._membership.verdict(own_refusal=self._member_refusal(self.node.id),
+                                        signed=self.node.manifest_envelope is not None)
 
     def _member_refusal(self, peer_id: str) -> str | None:
         """None for an active member under our manifest, else why not (not_member, revoked,
@@ -353,7 +378,7 @@ class Daemon:
                 await self._session(stream, peer.id, initiator=True)
         except (TransportError, OSError) as exc:
             self.peers.failed(peer, str(exc), self.now())  # unreachable: backed off
-            log.debug("gossip with %s failed: %s", peer.id[-8:], exc)
+            log.debug("gossip with %s failed: %s", short_id(peer.id), exc)
 
     async def _gossip_loop(self, transport: Transport, nursery: trio.Nursery) -> None:
         while True:
@@ -372,17 +397,26 @@ class Daemon:
     def _on_peer(self, hint: PeerHint) -> None:
         known = self.peers.get(hint.node_id)
         if known is not None and not set(known.addrs) <= set(hint.multiaddrs):
-            log.info("%s moved to %s", hint.node_id[-8:], ", ".join(hint.multiaddrs))
+            log.info("%s moved to %s", short_id(hint.node_id), ", ".join(hint.multiaddrs))
             self._moved.add(hint.node_id)
             self._wake_gossip.set()
         # Discovery passes members only (_may_be_member); the table is bounded besides.
         if self.peers.on_hint(hint.node_id, hint.multiaddrs, self.now()):
-            log.info("discovered %s at %s", hint.node_id[-8:], ", ".join(hint.multiaddrs))
+            log.info("discovered %s at %s", short_id(hint.node_id), ", ".join(hint.multiaddrs))
             self._wake_gossip.set()
+
+    def _on_connected(self, peer_id: str) -> None:
+        t = self.transport
+        self._connections.connected(peer_id, t.remote_address(peer_id) if t else None)
+
+    def _on_disconnected(self, peer_id: str) -> None:
+        t = self.transport
+        self._connections.disconnected(peer_id,
+                                       still_connected=t is not None and t.is_connected(peer_id))
 
     def _on_peer_lost(self, node_id: str) -> None:
         if self.peers.on_lost(node_id):
-            log.info("%s said goodbye over mDNS", node_id[-8:])
+            log.info("%s said goodbye over mDNS", short_id(node_id))
 
     # ------------------------------------------------------------------ run
     async def run(self) -> None:
@@ -390,28 +424,40 @@ class Daemon:
         stop_metrics = None
         if cfg.network.metrics_listen:
             self._metrics = StatusMetrics()
-            port, stop_metrics = start_metrics_server(cfg.network.metrics_listen, self._metrics)
+            try:
+                port, stop_metrics = start_metrics_server(cfg.network.metrics_listen,
+                                                          self._metrics)
+            except OSError as exc:  # a start-up failure: one line, exit 2 (cli/run.py)
+                raise DaemonError(f"[network] metrics_listen {cfg.network.metrics_listen}: "
+                                  f"{exc.strerror or exc}") from None
             log.info("metrics on %s (port %d)", cfg.network.metrics_listen, port)
         try:
             await self._run()
         finally:
             if stop_metrics is not None:
                 stop_metrics()
+            if self.ready.is_set():
+                log.info("stopped: node %s at round %d, version %d", self.node.id,
+                         self.metrics.round, self.metrics.version)
 
     async def _run(self) -> None:
         cfg = self.cfg
         tcfg = transport_config(cfg, self.node.schema)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._signals, nursery.cancel_scope)
+            # The socket before the host: a socket in use stops start-up before it listens.
+            server = await ControlServer.open(cfg.node.control_socket,
+                                              Operations(self.status, self._clear_flag),
+                                              group=cfg.node.socket_group)
+            nursery.start_soon(server.serve)
             async with open_transport(self.key, self._inbound, tcfg, admit=self._admits,
-                                      on_refused=self._refused_connection) as transport:
+                                      on_refused=self._refused_connection,
+                                      on_connected=self._on_connected,
+                                      on_disconnected=self._on_disconnected) as transport:
                 self.transport = transport
                 self.listen_addrs = list(transport.listen_addrs)
-                log.info("listening on %s as %s", ", ".join(self.listen_addrs), self.node.id)
-                server = await ControlServer.open(cfg.node.socket,
-                                                  Operations(self.status, self._clear_flag),
-                                                  group=cfg.node.socket_group)
-                nursery.start_soon(server.serve)
+                log.info("listening on %s as %s (control socket %s)",
+                         ", ".join(self.listen_addrs), self.node.id, cfg.node.control_socket)
                 self.peers.add_static(cfg.network.static_peers, self.now())
                 if cfg.network.mdns:
                     interfaces = list(cfg.network.mdns_interfaces) or None
@@ -461,4 +507,4 @@ class Daemon:
                             transport=link, config=self._config_status,
                             # Read live: concrete addresses that follow the host's.
                             listen=self.listen_addrs if t is None else t.listen_addrs,
-                            now=self.now())
+                            now=self.now(), membership=self.membership())

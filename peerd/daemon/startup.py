@@ -10,13 +10,17 @@ checks manifests, ``peerd.store`` reads the key, the state and the configured ma
 
 from __future__ import annotations
 
+import errno
 import logging
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from peerd.control.metrics import parse_listen
+from peerd.control.server import ControlError, check_socket_free
 from peerd.core.entry import Schema
 from peerd.daemon.config import Config
-from peerd.net.transport import TransportConfig
+from peerd.net.mends import check_port_free
+from peerd.net.transport import TransportConfig, TransportError
 from peerd.node.state import wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import entry_frame_limit
@@ -24,7 +28,8 @@ from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.manifest import Manifest, accept_manifest, decode_manifest_file
 from peerd.store import fleetdir, persist
-from peerd.store.keyfile import NODE_KEY_FILE, read_private_key
+from peerd.store import lock as state_lock
+from peerd.store.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key
 from peerd.store.statedir import StateDir
 
 # Logged as the daemon: start-up is a phase of `peerd run`; its records keep that name.
@@ -74,7 +79,65 @@ def read_node_key(cfg: Config) -> Ed25519PrivateKey:
     if not key_path.exists():
         raise DaemonError(f"no identity key at {key_path}: create one with "
                           f"`peerd keygen --state-dir {cfg.node.state_dir}`")
-    return read_private_key(key_path)
+    try:
+        return read_private_key(key_path)
+    except KeyFileError as exc:
+        raise DaemonError(f"identity key unusable: {exc}") from None
+
+
+def preflight(cfg: Config) -> state_lock.StateLock:
+    """Everything `peerd run` can check before it reads state or listens, each failure a
+    :class:`DaemonError` (one line, exit status 2): the state directory's lock first (so a
+    second daemon touches nothing of the first's), then the key, the control socket and the
+    listen address. Returns the lock; the caller holds it for the daemon's lifetime."""
+    node = cfg.node
+    try:
+        held = state_lock.acquire(node.state_dir, socket=node.control_socket)
+    except state_lock.StateLockError as exc:
+        raise DaemonError(str(exc)) from None
+    try:
+        read_node_key(cfg)
+        try:
+            check_socket_free(node.control_socket)
+        except ControlError as exc:
+            raise DaemonError(f"control socket: {exc.message}") from None
+        check_listen(cfg.network.listen_host, cfg.network.listen_port)
+        if cfg.network.metrics_listen is not None:
+            check_metrics_listen(cfg.network.metrics_listen)
+    except BaseException:
+        held.release()
+        raise
+    return held
+
+
+def check_metrics_listen(listen: str) -> None:
+    """The Prometheus endpoint's ``HOST:PORT`` is free (it is bound before the host listens,
+    but after the state is restored: checked here so that failure is one line too)."""
+    host, port = parse_listen(listen)
+    try:
+        check_port_free(host, port)
+    except TransportError as exc:
+        cause = exc.__cause__
+        why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
+        raise DaemonError(f"[network] metrics_listen {listen}: {why}") from None
+
+
+def check_listen(host: str, port: int) -> None:
+    """``host:port`` can be listened on: ``host`` is an address of this machine and no other
+    socket holds the port (port 0: any free one, so only the address is checked)."""
+    try:
+        check_port_free(host, port)
+    except TransportError as exc:
+        cause = exc.__cause__
+        code = cause.errno if isinstance(cause, OSError) else None
+        if code == errno.EADDRNOTAVAIL:
+            raise DaemonError(f"[network] listen_host {host} is not an address of this "
+                              "machine: use one of its addresses, or 0.0.0.0 for all") from None
+        if code == errno.EADDRINUSE:
+            raise DaemonError(f"[network] listen_port {port} is already in use on {host}: "
+                              "another program (or peerd) holds it; set another listen_port, "
+                              "or 0 for any free port") from None
+        raise DaemonError(f"[network] {exc}") from None
 
 
 def load_manifest(
@@ -90,18 +153,21 @@ def load_manifest(
     admin, fleet = cfg.fleet.admin_public_key, cfg.fleet.fleet_id
     best: tuple[Manifest, msg.ManifestMessage] | None = None
     sources: list[tuple[str, SignedEnvelope]] = []
+    # Logged only if a usable manifest is found after all; otherwise they are the reason of
+    # the one-line start-up error.
+    problems: list[str] = []
     stored = persist.load_manifest(state)
     if stored is not None:
         try:
             sources.append(("state", decode_manifest_file(stored)))
         except ProtocolError as exc:
-            log.warning("manifest from state not used: %s", exc)
+            problems.append(f"manifest from state not used: {exc}")
     if cfg.fleet.manifest is not None:
         try:  # read with the protocol's size limit (peerd.store.fleetdir)
             sources.append((str(cfg.fleet.manifest),
                             fleetdir.read_manifest_envelope(cfg.fleet.manifest)))
         except fleetdir.ManifestError as exc:
-            log.warning("%s", exc)
+            problems.append(str(exc))
         except fleetdir.FleetDirError as exc:  # unreadable: the operator must fix the path
             raise DaemonError(str(exc)) from exc
     for name, envelope in sources:
@@ -109,12 +175,14 @@ def load_manifest(
             manifest = accept_manifest(best[0] if best else None, envelope, admin, fleet)
             best = (manifest, msg.ManifestMessage(envelope))
         except ProtocolError as exc:
-            log.warning("manifest from %s not used: %s", name, exc)
-    if best is None:
-        if cfg.fleet.manifest is not None:
-            raise DaemonError(f"no valid fleet manifest in {cfg.fleet.manifest}: use the file "
-                              "written by `peerd fleet init/admit` (signed by the fleet's "
-                              "admin key)")
+            problems.append(f"manifest from {name} not used: {exc}")
+    if best is None and cfg.fleet.manifest is not None:
+        raise DaemonError(f"no valid fleet manifest in {cfg.fleet.manifest} "
+                          f"({'; '.join(problems)}): use the file written by "
+                          "`peerd fleet init/admit` (signed by the fleet's admin key)")
+    for problem in problems:
+        log.warning("%s", problem)
+    if best is None:  # and no [fleet] manifest configured
         log.warning("no fleet manifest yet ([fleet] manifest is unset): learning it from the "
                     "first peer met; entries are refused until then")
         return Manifest(fleet, PLACEHOLDER_SEQ), None

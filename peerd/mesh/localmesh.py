@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,21 @@ from peerd.store import fleetdir
 BASE_PORT = 4011
 #: A daemon that will not stop on SIGTERM within this is killed.
 STOP_TIMEOUT_S = 20.0
+#: Log lines a failure report shows of a daemon that died.
+TAIL_LINES = 12
+
+
+def daemon_argv(*args: str) -> list[str]:
+    """``peerd ARGS`` run by this very installation, immune to the working directory.
+
+    The console script beside our interpreter when there is one (a venv, pipx); otherwise
+    the interpreter with ``-P``, so ``-m peerd.cli`` never picks up a ``peerd`` package from
+    the working directory (a source checkout would shadow the installed one).
+    """
+    script = Path(sys.executable).with_name("peerd")
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script), *args]
+    return [sys.executable, "-P", "-m", "peerd.cli", *args]
 
 
 class DaemonProcess:
@@ -79,6 +94,14 @@ class DaemonProcess:
     def logs(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
+    def tail(self, lines: int = TAIL_LINES) -> list[str]:
+        """The last ``lines`` lines of the daemon's log (what a failure report shows)."""
+        return self.logs().splitlines()[-lines:]
+
+    def exit_code(self) -> int | None:
+        """The exit status once the process has ended; None while it runs (or never ran)."""
+        return None if self.proc is None else self.proc.poll()
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> int | None:
         """Signal the process and wait (SIGKILL after ``timeout``); its exit code."""
         if self.proc is None:
@@ -114,7 +137,7 @@ def _toml(value: object) -> str:
 
 
 def _config(node: MeshNode, fleet: fleetdir.Fleet, *, static: list[str], mdns: bool, n: int,
-            task: str, learning: dict[str, object]) -> str:
+            task: str, learning: dict[str, object], model: str | None = None) -> str:
     lines = [
         "# written by `peerd demo`",
         "[fleet]",
@@ -134,6 +157,7 @@ def _config(node: MeshNode, fleet: fleetdir.Fleet, *, static: list[str], mdns: b
         f"name = {_toml(task)}",
         f"node_index = {node.index}",
         f"node_count = {n}",
+        *([] if model is None else [f"model = {_toml(model)}"]),
     ]
     return "\n".join(lines) + "\n"
 
@@ -142,8 +166,17 @@ def _config(node: MeshNode, fleet: fleetdir.Fleet, *, static: list[str], mdns: b
 def local_mesh(
     root: Path, n: int, *, task: str = "digits", use_netns: bool | None = None,
     learning: dict[str, object] | None = None,
+    env: Sequence[Mapping[str, str]] | None = None,
+    models: Sequence[str | None] | None = None,
 ) -> Iterator[list[MeshNode]]:
-    """Create and start ``n`` daemons under ``root``; stop them and clean up on exit."""
+    """Create and start ``n`` daemons under ``root``; stop them and clean up on exit.
+
+    ``env``: extra environment variables per node (a user task's data folder, its
+    ``PYTHONPATH``). ``models``: ``[task] model`` per node, cycled (knowledge mode lets
+    them differ). Each daemon runs in its own directory, never in the caller's.
+    """
+    if env is not None and len(env) != n:
+        raise ValueError(f"env has {len(env)} entries for {n} nodes")
     if use_netns is None:
         use_netns = netns.unavailable() is None
     with ExitStack() as stack:
@@ -160,16 +193,19 @@ def local_mesh(
                 f"/ip4/{o.address}/tcp/{o.port}/p2p/{o.id}" for o in nodes if o is not node]
             node.config.write_text(_config(
                 node, fleet, static=static, mdns=use_netns, n=n, task=task,
-                learning={**defaults, **(learning or {})}))
+                learning={**defaults, **(learning or {})},
+                model=models[node.index % len(models)] if models else None))
         stack.callback(_stop_all, nodes)
         for node in nodes:
-            argv = [sys.executable, "-m", "peerd.cli", "run", "--config", str(node.config)]
+            argv = daemon_argv("run", "--config", str(node.config))
             if node.host is not None:
                 argv = node.host.command(argv)
+            extra = env[node.index] if env is not None else {}
             with node.log.open("ab") as out:
-                node.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and args
+                node.proc = subprocess.Popen(  # noqa: S603 - our own installation and args
                     argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", **extra},
+                    cwd=node.dir,  # neutral: nothing there can shadow the installed peerd
                     start_new_session=True)  # Ctrl-C in the terminal reaches us, not them
         yield nodes
 

@@ -53,6 +53,20 @@ def host_ips(version: int = 4) -> tuple[str, ...]:
     return tuple(str(a) for a in sorted(lan or usable))
 
 
+def local_ips() -> frozenset[str]:
+    """Every address assigned to an interface of the host now, loopback and link-local
+    included (IPv6 without a zone): what a socket may still be bound to."""
+    found: set[str] = set()
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            raw = ip.ip if isinstance(ip.ip, str) else ip.ip[0]
+            try:
+                found.add(str(ipaddress.ip_address(raw.split("%")[0])))
+            except ValueError:
+                continue
+    return frozenset(found)
+
+
 def _split_tcp(maddr: str) -> tuple[str, str, str] | None:
     """``/ip4/H/tcp/P`` -> ("ip4", H, "/tcp/P"); None for anything else."""
     parts = maddr.split("/")

@@ -33,7 +33,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -50,10 +49,9 @@ from peerd.net.framing import (
     RateFloor,
     ReceiveTooSlowError,
 )
-from peerd.node.state import Held, NodeState, verify, wire_schema
+from peerd.node.state import Held, NodeState, digest_item
 from peerd.protocol import messages as msg
-from peerd.protocol.admission import entry_frame_limit
-from peerd.protocol.errors import ProtocolError
+from peerd.protocol.errors import PeerRefusedError, ProtocolError
 from peerd.protocol.ledger import EquivocationError
 from peerd.protocol.manifest import accept_manifest
 from peerd.protocol.session import CheckPeer, Done, Phase, Send, Session
@@ -94,6 +92,8 @@ class SessionResult:
     received: int = 0  # entries that entered the cache
     refused: dict[str, int] = field(default_factory=dict)  # by reason
     manifest_adopted: int | None = None  # seq adopted from the peer
+    #: Set when the peer refused *us* as a member (not_member, revoked, expired).
+    refused_as: str | None = None
 
 
 class ReceiveSlots:
@@ -161,7 +161,7 @@ async def run_session(
                         CAPABILITIES),
         peer_id=peer_id,
         manifest=msg.ManifestMessage(envelope) if envelope is not None else None,
-        entry_frame_limit=entry_frame_limit(wire_schema(node.schema)),
+        entry_frame_limit=node.entry_frame_limit(),
     )
     try:
         await _exchange(io, node, ctx, session, result)
@@ -179,6 +179,8 @@ async def run_session(
     except ProtocolError as exc:
         _refused(node, result, exc.reason)
         log.info("session with %s ended: %s", peer_id, exc)
+        if isinstance(exc, PeerRefusedError) and exc.membership is not None:
+            result.refused_as = str(exc.membership)
         try:
             with trio.move_on_after(1):
                 await io.send(session.fail(exc))
@@ -237,11 +239,7 @@ def _build(
         # against what we sent, never a recomputed Want.
         return node.wants(session.their_digest, ctx.now())
     if phase is Phase.ANNOUNCE:
-        return msg.Digest(tuple(
-            msg.DigestItem(h.entry.meta.origin, h.entry.meta.version, h.entry.meta.created_at,
-                           bytes.fromhex(h.entry.meta.digest))
-            for h in outgoing
-        ))
+        return msg.Digest(tuple(digest_item(h.entry.meta) for h in outgoing))
     raise AssertionError(f"the session holds the {phase.value} message itself")
 
 
@@ -328,9 +326,7 @@ async def _receive_entry(
             peer=session.peer_id)
         # The worker gets immutable snapshots, taken here on the loop thread: the live
         # ledger (and manifest) may change meanwhile and are never touched from the worker.
-        check = partial(verify, message, fleet_id=node.fleet_id, manifest=node.manifest,
-                        ledger=node.ledger.view(), schema=node.schema, limits=node.limits,
-                        now=ctx.now(), frame=mapped)
+        check = node.verifier(message, mapped, ctx.now())
         try:
             verified = await trio.to_thread.run_sync(check)
         except ProtocolError as exc:

@@ -9,8 +9,9 @@ this module owns the host and its sockets (before it listens, the port probe of
 :mod:`peerd.net.mends` runs). It must not know what travels in a frame (that is
 :mod:`peerd.net.gossip` and :mod:`peerd.protocol`). The mends for the py-libp2p 0.8.1
 defects are numbered and listed in :mod:`peerd.net.mends`, which applies the settings,
-patches and hooks among them; mends 2, 3 and 5 are steps of this module's own flow, and
-mend 8's verdict is :mod:`peerd.net.admission`'s.
+patches and hooks among them; mends 2, 3 and 5 are steps of this module's own flow, mend
+8's verdict is :mod:`peerd.net.admission`'s, and which connections mend 9 closes is
+:mod:`peerd.net.liveness`'s.
 
 Only Noise is offered for security and only Yamux for muxing: py-libp2p's defaults also
 offer plaintext and secio, which a downgrade could select, and mplex (6x slower).
@@ -55,6 +56,7 @@ from peerd.net.framing import TransportTimeoutError as TransportTimeoutError
 from peerd.net.framing import read_frame as read_frame
 from peerd.net.framing import write_frame as write_frame
 from peerd.net.framing import write_frame_parts as write_frame_parts
+from peerd.net.liveness import Liveness
 from peerd.net.mends import (
     apply_library_mends,
     bypass_limits_when_admitted,
@@ -172,6 +174,7 @@ class Transport:
                                     close=self._close_connection)
         if admit is not None:  # mend 8: members are never refused for want of a slot
             bypass_limits_when_admitted(swarm, self._admission.admitted)
+        self.liveness = Liveness(self._muxed_conns, self._close_connection)  # mend 9
         self._host.set_stream_handler(TProtocol(PROTOCOL_ID), self._on_stream)
         self._host.get_network().register_notifee(_ConnectionEvents(self))
         self._handler = handler
@@ -186,18 +189,41 @@ class Transport:
     # -- admission (mend 8) --
 
     async def _close_connection(self, conn: Hashable) -> None:
-        """Close one connection (not the peer's others); its limiter slots go with it."""
+        """Close one connection (not the peer's others); its limiter slots go with it. It
+        leaves the swarm's table even when closing it runs out of time (a dead path, mend
+        9): listed, the peer would count as connected and never be dialled again."""
+        swarm = self._host.get_network()
+        muxed = cast(IMuxedConn, conn)  # what this transport hands Admission and Liveness
+        listed = [c for c in swarm.connections.get(muxed.peer_id, []) if c.muxed_conn is muxed]
         with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_REFUSED_TIMEOUT_S):
             try:
-                swarm = self._host.get_network()
-                muxed = cast(IMuxedConn, conn)  # what this transport hands Admission.screen
-                for swarm_conn in list(swarm.connections.get(muxed.peer_id, [])):
-                    if swarm_conn.muxed_conn is muxed:
-                        await swarm_conn.close()
-                        return
-                await muxed.close()
+                await (listed[0].close() if listed else muxed.close())
             except Exception as e:  # noqa: BLE001 - a dead connection is no error here
-                logger.debug("closing a refused connection failed: %r", e)
+                logger.debug("closing a connection failed: %r", e)
+        for swarm_conn in listed:
+            if swarm_conn in swarm.connections.get(muxed.peer_id, []):
+                try:
+                    swarm.remove_conn(swarm_conn)  # type: ignore[attr-defined]
+                except Exception as e:  # noqa: BLE001 - bookkeeping of a dead connection
+                    logger.debug("forgetting a closed connection failed: %r", e)
+
+    def _muxed_conns(self, peer_id: str | None) -> list[tuple[str, Hashable]]:
+        """(peer id, muxed connection) of the open connections, of one peer or all."""
+        conns = self._host.get_network().connections
+        peers = list(conns) if peer_id is None else [_parse_peer_id(peer_id)]
+        return [(str(p), c.muxed_conn) for p in peers for c in list(conns.get(p, []))
+                if not getattr(c, "is_closed", False)]
+
+    def close_unadmitted(self) -> int:
+        """Close the connections of every peer not admitted now (a manifest just revoked
+        it): admission is otherwise judged only when a connection is opened (mend 8). How
+        many peers were cut."""
+        if not self._admission.enabled or self._admission.tasks is None:
+            return 0
+        peers = {p for p, _ in self._muxed_conns(None) if not self._admission.admitted(p)}
+        for peer in peers:
+            self._admission.tasks.start_soon(self.liveness.drop_all, peer, "not admitted")
+        return len(peers)
 
     def probation_count(self) -> int:
         """Connections of peers not (yet) admitted that are held for one session now."""
@@ -226,6 +252,19 @@ class Transport:
         raise TransportError("host is not listening")
 
     # -- peers --
+
+    def remote_address(self, peer_id: str) -> str | None:
+        """``IP:PORT`` of an open connection with ``peer_id`` (for the logs), None if none."""
+        try:
+            conns = self._host.get_network().connections.get(_parse_peer_id(peer_id), [])
+            for conn in conns:
+                # Yamux has it (py-libp2p 0.8.1); the interface does not declare it.
+                remote = getattr(conn.muxed_conn, "get_remote_address", lambda: None)()
+                if remote is not None:
+                    return f"{remote[0]}:{remote[1]}"
+        except (TransportError, AttributeError, OSError):  # a torn connection: no address
+            return None
+        return None
 
     def is_connected(self, peer_id: str) -> bool:
         return self.connection_count(peer_id) > 0
@@ -264,6 +303,11 @@ class Transport:
         if not maddrs:
             raise TransportError(f"no address to dial {peer_id}")
         swarm = self._host.get_network()
+        for stale in list(swarm.connections.get(pid, [])):
+            # Mend 9: a closed connection left in the table (its close ran out of time) makes
+            # host.connect return without dialling.
+            if getattr(stale, "is_closed", False):
+                swarm.remove_conn(stale)  # type: ignore[attr-defined]
         errors: list[str] = []
         try:
             deadline = timeout_s if timeout_s is not None else self._config.dial_timeout_s
@@ -315,12 +359,17 @@ class Transport:
         stats.check_budget(stats.budget_out, f"outbound byte budget for {peer_id}")
         stats.streams_out += 1
         try:
+            # Mend 9: a stalled connection (or one on an address we lost) is not reused.
+            await self.liveness.drop_dead(peer_id)
             if not self.is_connected(peer_id):
                 await self.connect(peer_id, addrs)
             try:
                 with trio.fail_after(timeout_s):
                     raw = await self._host.new_stream(pid, [TProtocol(PROTOCOL_ID)])
             except trio.TooSlowError as e:
+                # Mend 9: no answer at all (a reset or a refusal would be one): the next
+                # stream goes over a fresh dial, not over this connection again.
+                await self.liveness.drop_all(peer_id, "stream open timed out")
                 raise TransportTimeoutError(f"opening a stream to {peer_id} timed out") from e
             except Exception as e:
                 raise TransportError(f"opening a stream to {peer_id} failed: {e}") from e
@@ -329,6 +378,10 @@ class Transport:
             try:
                 yield stream
                 ok = True
+            except TransportTimeoutError:
+                # A frame that did not come (or go) in time: the connection is suspect too.
+                await self.liveness.close(peer_id, raw.muxed_conn, "stream timed out")
+                raise
             finally:
                 if ok:
                     await stream.close()
@@ -465,6 +518,7 @@ async def open_transport(
                 raise TransportError(f"could not listen on {listen}")
             async with trio.open_nursery() as tasks:
                 transport._admission.tasks = tasks  # closes, probation timers (mend 8)
+                tasks.start_soon(transport.liveness.sweep)  # mend 9
                 try:
                     yield transport
                 finally:

@@ -56,6 +56,26 @@ MAX_PROBATION_CONNECTIONS = 4
 PROBATION_S = 10.0
 #: Closing one refused connection (its streams are reset, the remote gets a GoAway).
 CLOSE_REFUSED_TIMEOUT_S = 5.0
+#: Mend 9 (peerd.net.mends): a TCP connection whose path is gone (a partition, our own
+#: address deleted) is aborted by the kernel once data sent on it has gone unacknowledged
+#: this long (TCP_USER_TIMEOUT). Threat: libp2p reusing such a connection for every new
+#: stream, each waiting on TCP's retransmission backoff (Linux gives up after ~15 min). A
+#: peer that still acknowledges (slow, or its receive window shut) is not cut by it.
+TCP_USER_TIMEOUT_S = 20.0
+#: An idle connection is probed after this long without traffic (TCP keepalive), then every
+#: TCP_KEEPALIVE_INTERVAL_S; with TCP_USER_TIMEOUT_S, an idle connection whose peer is gone
+#: is closed within TCP_KEEPALIVE_IDLE_S + TCP_USER_TIMEOUT_S.
+TCP_KEEPALIVE_IDLE_S = 15.0
+TCP_KEEPALIVE_INTERVAL_S = 5.0
+#: Consecutive retransmission timeouts with no acknowledgement (TCP_INFO's ``retransmits``)
+#: after which a connection counts as stalled and is closed rather than reused: at Linux's
+#: 200 ms minimum RTO, 4 in a row are 3 s without a single ACK, which a live LAN path never
+#: shows; its streams are then opened on a fresh connection (a new dial) instead.
+STALLED_RETRANSMITS = 4
+#: Seconds between two sweeps over the open connections, closing those stalled or bound to
+#: an address the host no longer has (mend 9). One sweep: a getifaddrs(3) call and one
+#: getsockopt per connection.
+CONNECTION_SWEEP_S = 2.0
 #: Peers whose counters we keep; identities cost nothing to mint, so entries of peers
 #: that are gone (no connection, no stream) are dropped beyond this, oldest first.
 MAX_TRACKED_PEERS = 4096

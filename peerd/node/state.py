@@ -22,9 +22,10 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -37,7 +38,7 @@ from peerd.core.reasons import BENIGN, Reason
 from peerd.core.staleness import Clock, StalenessMode, is_fresh
 from peerd.core.validate import ValidationLimits, validate_entry
 from peerd.protocol import messages as msg
-from peerd.protocol.admission import admit_entry, sha256_hex
+from peerd.protocol.admission import admit_entry, entry_frame_limit, sha256_hex
 from peerd.protocol.entry import EntryBody, SignedEntry, sign_entry
 from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
@@ -93,7 +94,14 @@ def meta_of(body: EntryBody) -> EntryMeta:
         schema_id=body.schema_id,
         num_examples=body.num_examples,
         digest=body.digest,
+        kind=body.kind,
     )
+
+
+def digest_item(meta: EntryMeta) -> msg.DigestItem:
+    """How a held entry is announced (a Digest, or the list of what follows)."""
+    return msg.DigestItem(meta.origin, meta.version, meta.created_at, bytes.fromhex(meta.digest),
+                          meta.kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +244,15 @@ class NodeState:
     accepted: int = 0
     #: The signed form of ``manifest``, handed to peers that hold an older one.
     manifest_envelope: SignedEnvelope | None = None
+    #: Entry bytes (signed body and payload) by "sent/KIND" and "received/KIND" (verified
+    #: entries), since start: what ``peerd status`` and the metrics show per kind.
+    entry_bytes: Counter[str] = field(default_factory=Counter)
+    #: Capacity in samples besides C entries (knowledge mode, peerd.node.knowstate); None:
+    #: entries are counted, not their samples.
+    sample_budget: int | None = None
+
+    #: The kind of entry this node blends and publishes (typed nodes override it).
+    entry_kind: ClassVar[str] = "weights"
 
     def __post_init__(self) -> None:
         self.id = node_id_of(self.key)
@@ -256,11 +273,19 @@ class NodeState:
         return held + [item.payload for item in self.cache if isinstance(item.payload, Held)]
 
     def digest(self) -> msg.Digest:
-        return msg.Digest(tuple(
-            msg.DigestItem(h.entry.meta.origin, h.entry.meta.version, h.entry.meta.created_at,
-                           bytes.fromhex(h.entry.meta.digest))
-            for h in self.holdings()
-        ))
+        return msg.Digest(tuple(digest_item(h.entry.meta) for h in self.holdings()))
+
+    def entry_frame_limit(self) -> int:
+        """The largest entry frame this node reads (checked before it is buffered)."""
+        return entry_frame_limit(wire_schema(self.schema))
+
+    def verifier(self, message: msg.Entry, frame: MappedFrame | None,
+                 now: float) -> Callable[[], Held]:
+        """:func:`verify` with snapshots taken now, on the loop thread, for a worker thread
+        to run: the live ledger and manifest may change meanwhile."""
+        return partial(verify, message, fleet_id=self.fleet_id, manifest=self.manifest,
+                       ledger=self.ledger.view(), schema=self.schema, limits=self.limits,
+                       now=now, frame=frame)
 
     def wants(self, offered: msg.Digest, now: float) -> msg.Want:
         """What to ask a peer for: the entries that would survive a merge into our cache.
@@ -278,7 +303,7 @@ class NodeState:
         candidates = []
         own: msg.DigestItem | None = None
         for item in offered.entries:
-            if not math.isfinite(item.created_at):
+            if not math.isfinite(item.created_at) or item.kind != self.entry_kind:
                 continue
             if item.origin == self.id:
                 best = self.own_high_water() if own is None else own.version
@@ -297,10 +322,11 @@ class NodeState:
             except ProtocolError:
                 continue  # don't fetch 44 MB just to reject it as a non-member
             meta = EntryMeta(item.origin, item.version, item.created_at, self.schema.id, 1,
-                             item.digest.hex())
+                             item.digest.hex(), item.kind)
             candidates.append(CacheItem(meta, None, now))
         result = merge(self.cache, candidates, clock=self.clock(now), tau_max=self.tau_max,
-                       capacity=self.capacity, own_origin=self.id)
+                       capacity=self.capacity, own_origin=self.id,
+                       sample_budget=self.sample_budget)
         # Our own first: it decides whether our next publish reaches anyone at all.
         mine = () if own is None else ((own.origin, own.version),)
         return msg.Want(mine + tuple((i.meta.origin, i.meta.version) for i in result.accepted))
@@ -309,7 +335,16 @@ class NodeState:
         """The wanted entries we still hold, in the order asked (the asker sorts freshest
         first). Relayed entries go out exactly as received: the origin's signature intact."""
         by_key = {(h.entry.meta.origin, h.entry.meta.version): h for h in self.holdings()}
-        return [by_key[k] for k in want.items if k in by_key]
+        out = [by_key[k] for k in want.items if k in by_key]
+        for held in out:
+            self.count_bytes("sent", held)
+        return out
+
+    def count_bytes(self, direction: str, held: Held) -> None:
+        """Add an entry's signed body and payload to :attr:`entry_bytes` (the frame less its
+        envelope's fixed ~130 bytes)."""
+        size = len(held.message.envelope.body) + len(held.message.payload)
+        self.entry_bytes[f"{direction}/{held.entry.meta.kind}"] += size
 
     # -------------------------------------------------------------- state changes
     def set_own(self, entry: Entry, message: msg.Entry, frame: MappedFrame | None = None) -> None:
@@ -334,6 +369,8 @@ class NodeState:
     def accept(self, verified: Held, *, sender: str, now: float) -> Reason | None:
         """Admit a verified entry into the cache; returns why it was not kept, if it wasn't."""
         meta = verified.entry.meta
+        if meta.kind == self.entry_kind:  # typed nodes count their other kinds themselves
+            self.count_bytes("received", verified)
         try:
             self.ledger.check(meta.origin, meta.version, meta.digest, meta.created_at)
         except ProtocolError as exc:  # an equivocation is flagged by the check itself
@@ -348,7 +385,8 @@ class NodeState:
             return Reason.OWN_ORIGIN
         item = CacheItem(meta, sender, now, payload=verified)
         result = merge(self.cache, [item], clock=self.clock(now), tau_max=self.tau_max,
-                       capacity=self.capacity, own_origin=self.id)
+                       capacity=self.capacity, own_origin=self.id,
+                       sample_budget=self.sample_budget)
         self.cache = list(result.cache)
         for reason, n in result.dropped.items():
             for _ in range(n):
@@ -366,7 +404,8 @@ class NodeState:
     def expire(self, now: float) -> list[CacheItem]:
         """Drop entries that aged past τ_max (called every round and before blending)."""
         result = merge(self.cache, [], clock=self.clock(now), tau_max=self.tau_max,
-                       capacity=self.capacity, own_origin=self.id)
+                       capacity=self.capacity, own_origin=self.id,
+                       sample_budget=self.sample_budget)
         self.cache = list(result.cache)
         for _ in result.expired:
             self.reject(Reason.STALE)

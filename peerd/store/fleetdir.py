@@ -5,12 +5,20 @@ Layout, as ``peerd fleet init`` makes it::
     admin.key        the admin's Ed25519 key (0600; keep this directory offline)
     fleet.json       fleet id and admin public key, hex (0644): what every node's config needs
     manifest.peerd   the current signed manifest (0644; copy it to one node, it spreads)
+    admissions.json  when each member was admitted (or revoked): the admin's own record
 
-Owns these three files and nothing else: creating them, reading them with one set of limits
-and one set of messages, changing membership (each change re-signs the manifest, seq + 1),
-and copying the verified manifest next to a node's config. ``peerd fleet``, ``peerd init``,
-the demo mesh and the benchmarks all go through here; no other module writes these files
-(a daemon only reads the manifest its config names).
+Owns these four files and nothing else: creating them, reading them with one set of limits
+and one set of messages, changing membership (a change re-signs the manifest, seq + 1; a
+request that changes nothing writes nothing), and copying the verified manifest next to a
+node's config.
+
+The signed manifest carries no admission times (the wire format has none, and nodes need
+none: membership is checked against ``not_after`` only). ``admissions.json`` is therefore
+a local, unsigned record kept beside it, written after each change that this code made; a
+member admitted before the record existed, or by other tooling, shows as "unknown".
+
+``peerd fleet``, ``peerd init``, the demo mesh and the benchmarks all go through here; no
+other module writes these files (a daemon only reads the manifest its config names).
 
 It must not sign, verify or encode a manifest itself (peerd.protocol.manifest does), write a
 file except through peerd.store.statefile / peerd.store.keyfile, nor print or exit: a
@@ -22,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
-from peerd.protocol.identity import node_id_of, public_key_bytes
+from peerd.protocol.identity import node_id_from_public_key, node_id_of, public_key_bytes
 from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
 from peerd.protocol.manifest import (
     MAX_MANIFEST_FILE_LEN,
@@ -45,6 +54,10 @@ from peerd.store.statefile import atomic_write_raw
 ADMIN_KEY_FILE = "admin.key"
 FLEET_FILE = "fleet.json"
 MANIFEST_FILE = "manifest.peerd"
+ADMISSIONS_FILE = "admissions.json"
+#: Largest admissions.json read: a record per member and revoked id (MAX_MEMBERS +
+#: MAX_REVOKED, ~200 bytes each) fits many times over; a bigger file is not ours.
+MAX_ADMISSIONS_FILE_LEN = 1024 * 1024
 #: Largest fleet.json read: it holds two hex strings; anything big is not ours.
 MAX_FLEET_FILE_LEN = 64 * 1024
 #: fleet.json and manifests are public (the member list is signed, not secret): readable
@@ -102,26 +115,87 @@ class Fleet:
 
 
 @dataclass(frozen=True, slots=True)
+class Admission:
+    """What ``admissions.json`` says of one node id (None: not recorded)."""
+
+    admitted_at: float | None = None
+    #: The manifest seq that first admitted it.
+    admitted_seq: int | None = None
+    revoked_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """The outcome of an admit or revoke: what changed, for the operator."""
+
+    node_id: str
+    #: "admitted", "renewed" (expiry changed), "revoked", or "unchanged"
+    what: str
+    #: Why nothing changed ("already a member ..."), or what the renewal changed.
+    detail: str = ""
+    #: The member's previous expiry (renewals).
+    previous_not_after: float | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.what != "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
 class FleetAdmin:
     """A fleet directory opened with its admin key: membership can change."""
 
     fleet: Fleet
     key: Ed25519PrivateKey
 
-    def admit(self, public_key: bytes, not_after: float | None) -> FleetAdmin:
-        """Admit (or renew) a key until ``not_after`` (None: no expiry); the manifest is
-        re-signed with seq + 1 and written. ValueError for a revoked key (never re-admitted)
-        or a full manifest; FleetDirError when the file cannot be written."""
-        return self._write(self.fleet.manifest.admit(public_key, not_after))
+    def admit(self, public_key: bytes, not_after: float | None, *,
+              now: float) -> tuple[FleetAdmin, Change]:
+        """Admit a key until ``not_after`` (None: no expiry), or renew a member whose expiry
+        differs; the manifest is re-signed with seq + 1 and written, and the admission time
+        ``now`` recorded. A member with that very expiry changes nothing (no new seq).
+        ValueError for a revoked key (never re-admitted) or a full manifest; FleetDirError
+        when a file cannot be written."""
+        node_id = node_id_from_public_key(public_key)
+        held = self.fleet.manifest.member(node_id)
+        if held is not None and held.not_after == not_after:
+            return self, Change(node_id, "unchanged", "already a member with that expiry")
+        admin = self._write(self.fleet.manifest.admit(public_key, not_after))
+        if held is not None:
+            return admin, Change(node_id, "renewed", previous_not_after=held.not_after)
+        admin._record(node_id, Admission(admitted_at=now, admitted_seq=admin.fleet.manifest.seq))
+        return admin, Change(node_id, "admitted")
 
-    def revoke(self, node_id: str) -> FleetAdmin:
-        """Revoke a node id for good; re-signed with seq + 1 and written (as :meth:`admit`)."""
-        return self._write(self.fleet.manifest.revoke(node_id))
+    def revoke(self, node_id: str, *, now: float) -> tuple[FleetAdmin, Change]:
+        """Revoke a member for good; re-signed with seq + 1 and written (as :meth:`admit`).
+        An id already revoked, or never admitted, changes nothing (no new seq): a stranger
+        is refused anyway, and revoking it would only grow the manifest."""
+        manifest = self.fleet.manifest
+        if node_id in manifest.revoked:
+            return self, Change(node_id, "unchanged", "already revoked")
+        if manifest.member(node_id) is None:
+            return self, Change(node_id, "unchanged", "not a member")
+        admin = self._write(manifest.revoke(node_id))
+        admin._record(node_id, Admission(revoked_at=now), keep_admission=True)
+        return admin, Change(node_id, "revoked")
 
     def _write(self, manifest: Manifest) -> FleetAdmin:
         data = _write_manifest(self.fleet.manifest_path, manifest, self.key)
         fleet = dataclasses.replace(self.fleet, manifest=manifest, manifest_data=data)
         return dataclasses.replace(self, fleet=fleet)
+
+    def _record(self, node_id: str, admission: Admission, *,
+                keep_admission: bool = False) -> None:
+        # After the manifest: the manifest is what counts, the record only adds detail; a
+        # failure here says so rather than pretend the change did not happen.
+        try:
+            records = read_admissions(self.fleet.directory)
+            if keep_admission and node_id in records:
+                admission = dataclasses.replace(records[node_id], revoked_at=admission.revoked_at)
+            records[node_id] = admission
+            _write_admissions(self.fleet.directory, records)
+        except FleetDirError as exc:
+            raise FleetDirError(f"the manifest was changed (seq {self.fleet.manifest.seq}) but "
+                                f"its admission record was not: {exc}") from None
 
 
 # ---------------------------------------------------------------------------- reading
@@ -212,7 +286,51 @@ def open_admin(directory: Path) -> FleetAdmin:
     return FleetAdmin(Fleet(directory, info, manifest, data), key)
 
 
+def _number(value: object) -> float | None:
+    # JSON true/false decode as bool, an int subclass: not a time.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def read_admissions(directory: Path) -> dict[str, Admission]:
+    """``directory/admissions.json``: node id -> what it records; empty when absent.
+    Unreadable or malformed: FleetDirError (the admin should see it, not lose it)."""
+    path = directory / ADMISSIONS_FILE
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_ADMISSIONS_FILE_LEN + 1)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise FleetDirError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        if len(raw) > MAX_ADMISSIONS_FILE_LEN:
+            raise ValueError(f"over {MAX_ADMISSIONS_FILE_LEN} bytes")
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        raise FleetDirError(f"cannot read {path}: {exc}") from None
+    out: dict[str, Admission] = {}
+    for node_id, item in data.items():
+        item = item if isinstance(item, dict) else {}
+        seq = item.get("admitted_seq")
+        out[str(node_id)] = Admission(
+            admitted_at=_number(item.get("admitted_at")),
+            admitted_seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+            revoked_at=_number(item.get("revoked_at")))
+    return out
+
+
 # ---------------------------------------------------------------------------- writing
+
+
+def _write_admissions(directory: Path, records: Mapping[str, Admission]) -> None:
+    body = {node_id: {"admitted_at": a.admitted_at, "admitted_seq": a.admitted_seq,
+                      "revoked_at": a.revoked_at}
+            for node_id, a in sorted(records.items())}
+    _write_public(directory / ADMISSIONS_FILE, (json.dumps(body, indent=2) + "\n").encode())
 
 
 def _write_public(path: Path, data: bytes) -> None:
@@ -228,7 +346,8 @@ def _write_manifest(path: Path, manifest: Manifest, admin_key: Ed25519PrivateKey
     return data
 
 
-def create(directory: Path, *, members: Sequence[bytes] = ()) -> FleetAdmin:
+def create(directory: Path, *, members: Sequence[bytes] = (), now: float | None = None
+           ) -> FleetAdmin:
     """A new fleet in ``directory`` (made 0700 if missing): a fresh admin key and fleet id
     and a manifest (seq 1) admitting the public keys ``members`` (none by default).
 
@@ -254,6 +373,9 @@ def create(directory: Path, *, members: Sequence[bytes] = ()) -> FleetAdmin:
         manifest = manifest.admit(public_key, None)
     manifest = dataclasses.replace(manifest, seq=FIRST_SEQ)
     data = _write_manifest(directory / MANIFEST_FILE, manifest, admin_key)
+    stamp = time.time() if now is None else now
+    _write_admissions(directory, {m.node_id: Admission(stamp, FIRST_SEQ)
+                                  for m in manifest.members})
     return FleetAdmin(Fleet(directory, info, manifest, data), admin_key)
 
 

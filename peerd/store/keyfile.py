@@ -62,10 +62,11 @@ def read_private_key(path: Path) -> Ed25519PrivateKey:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise KeyFileError(f"cannot open key file {path}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # before fdopen, which refuses a directory itself
+        os.close(fd)
+        raise KeyFileError(f"{path} is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"{path} is not a regular file")
         if st.st_mode & 0o077:
             raise KeyFileError(
                 f"{path} has mode {stat.S_IMODE(st.st_mode):04o}; a private key must be 0600"

@@ -24,7 +24,7 @@ import torch
 
 from peerd.core.entry import CacheItem
 from peerd.core.reasons import Reason
-from peerd.node.state import Held, NodeState, held_signed, sign_params, verify
+from peerd.node.state import Held, NodeState, held_signed, sign_params
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.manifest import encode_manifest_file
@@ -155,9 +155,8 @@ def restore(state: StateDir, node: NodeState, *, now: float) -> Restored:
     frame = _map_blob(state, OWN_BLOB)
     if frame is not None:
         try:
-            v = verify(_decode_entry(frame, OWN_BLOB), fleet_id=node.fleet_id,
-                       manifest=node.manifest, ledger=node.ledger.view(), schema=node.schema,
-                       limits=node.limits, now=now, frame=frame)
+            # The node's own verifier: a knowledge node refuses a model kept from weight mode.
+            v = node.verifier(_decode_entry(frame, OWN_BLOB), frame, now)()
             if v.entry.meta.origin != node.id:
                 raise ProtocolError(Reason.MALFORMED, "own.entry was signed by another key")
             node.set_own(v.entry, v.message, v.frame)
@@ -172,9 +171,7 @@ def restore(state: StateDir, node: NodeState, *, now: float) -> Restored:
         if frame is None:
             continue
         try:
-            v = verify(_decode_entry(frame, name), fleet_id=node.fleet_id,
-                       manifest=node.manifest, ledger=node.ledger.view(), schema=node.schema,
-                       limits=node.limits, now=now, frame=frame)
+            v = node.verifier(_decode_entry(frame, name), frame, now)()
         except ProtocolError as exc:
             refused += 1
             log.warning("not restoring %s: %s", name, exc)

@@ -63,7 +63,7 @@ def test_status_human_view(tmp_path: Path) -> None:
     assert "12D3KooWself" in out
     assert "round 3" in out
     assert "version 7" in out
-    assert "cache (1 entries)" in out
+    assert "cache (1 entry)" in out
     assert "…3KooWpeer" not in out  # short ids kept whole
     assert "12D3KooWpeer" in out
     assert "bad_signature" in out

@@ -41,7 +41,8 @@ def test_fleet_only_config_gets_defaults(tmp_path: Path) -> None:
     assert cfg.fleet.fleet_id == bytes.fromhex(FLEET_HEX)
     assert cfg.fleet.manifest is None
     assert cfg.node.state_dir == DEFAULT_STATE_DIR
-    assert cfg.node.socket == DEFAULT_SOCKET
+    assert cfg.node.socket is None  # derived: the system socket for the system state dir
+    assert cfg.node.control_socket == DEFAULT_SOCKET
     assert cfg.learning.staleness == "time"
     assert cfg.learning.capacity == 10
     assert cfg.learning.alpha_policy == AlphaPolicy.parse("uniform")
@@ -49,7 +50,8 @@ def test_fleet_only_config_gets_defaults(tmp_path: Path) -> None:
     assert cfg.source == (tmp_path / "peerd.toml").resolve()
     assert cfg.status_config() == ConfigStatus(
         tau_max=600.0, staleness="time", capacity=10, rho=0.01, local_steps=10,
-        alpha="uniform", epsilon=0.0, round_interval_s=10.0, task="digits")
+        alpha="uniform", epsilon=0.0, max_silence_s=300.0, round_interval_s=10.0,
+        task="digits")
 
 
 def test_values_are_parsed_and_frozen(tmp_path: Path) -> None:
@@ -96,9 +98,15 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("sections", "message"), [
-    ({"learning": {"capacity": -1}}, "[learning] capacity: must be an integer >= 0, got -1"),
-    ({"learning": {"capacity": 2.5}}, "[learning] capacity: must be an integer >= 0"),
-    ({"learning": {"capacity": True}}, "[learning] capacity: must be an integer >= 0, got true"),
+    ({"learning": {"capacity": -1}}, "[learning] capacity: must be an integer in [0, 400], got"),
+    ({"learning": {"capacity": 2.5}}, "[learning] capacity: must be an integer in [0, 400]"),
+    ({"learning": {"capacity": True}}, "[learning] capacity: must be an integer in [0, 400], got"),
+    # Unbounded C made the per-peer burst (C + 1 entries) unbounded: issue 13.
+    ({"learning": {"capacity": 99999999999}}, "[learning] capacity: must be an integer in"),
+    # 0 divided by zero in the byte budget; near 0 made the automatic rate unbounded.
+    ({"learning": {"round_interval_s": 0}},
+     "[learning] round_interval_s: must be a finite number >= 0.1, got 0"),
+    ({"learning": {"round_interval_s": 1e-300}}, "[learning] round_interval_s: must be a"),
     ({"learning": {"capcity": 3}}, "[learning] capcity: unknown key"),
     ({"gossip": {"capacity": 3}}, "[gossip]: unknown section"),
     ({"learning": {"alpha": "median"}}, "[learning] alpha: bad alpha policy"),
@@ -225,8 +233,8 @@ def test_every_commented_default_is_the_real_default() -> None:
     for line in text.splitlines():
         body = line[2:] if line.startswith("# ") and " = " in line.split("#")[1] else line
         key = body.split("=")[0].strip()
-        if key in ("manifest", "socket_group", "metrics_listen", "csv_glob", "peer_bytes_per_s",
-                   "max_silence_s"):
+        if key in ("manifest", "socket", "socket_group", "metrics_listen", "csv_glob",
+                   "peer_bytes_per_s", "max_silence_s", "model"):
             continue  # these are examples of optional settings, not defaults
         lines.append(body.split("  #")[0])
     data = tomllib.loads("\n".join(lines))
@@ -273,3 +281,34 @@ def test_loading_a_config_and_its_limits_imports_no_torch(tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "False"
+
+
+def test_the_socket_follows_the_state_dir_unless_set(tmp_path: Path) -> None:
+    # Two daemons that differ only in their state directory never share a control socket.
+    a = loads_config(doc(node={"state_dir": str(tmp_path / "a")}))
+    b = loads_config(doc(node={"state_dir": str(tmp_path / "b")}))
+    assert a.node.control_socket == tmp_path / "a" / "peerd.sock"
+    assert b.node.control_socket == tmp_path / "b" / "peerd.sock"
+    system = loads_config(doc(node={"state_dir": "/var/lib/peerd"}))
+    assert system.node.control_socket == DEFAULT_SOCKET
+    chosen = loads_config(doc(node={"state_dir": str(tmp_path / "a"),
+                                    "socket": str(tmp_path / "s.sock")}))
+    assert chosen.node.control_socket == tmp_path / "s.sock"
+
+
+def test_the_largest_capacity_and_shortest_round_keep_the_byte_budget_finite() -> None:
+    import math
+
+    import torch
+
+    from peerd.core.entry import Schema
+    from peerd.daemon.config import MAX_CAPACITY, MIN_ROUND_INTERVAL_S
+    from peerd.daemon.startup import peer_byte_budget
+
+    cfg = loads_config(doc(learning={"capacity": MAX_CAPACITY,
+                                     "round_interval_s": MIN_ROUND_INTERVAL_S}))
+    schema = Schema.of({"w": torch.zeros(1000)})
+    rate, burst = peer_byte_budget(cfg, schema)
+    assert math.isfinite(rate)
+    assert rate > 0
+    assert burst < 2**40  # far from "unlimited"

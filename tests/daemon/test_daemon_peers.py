@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from peerd.cli.app import app
 from peerd.daemon.daemon import Daemon
 from peerd.node.peers import PeerTable
+from peerd.protocol import messages as msg
 from tests.daemon.helpers import fleet_config
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -124,3 +125,27 @@ def test_without_a_manifest_every_record_counts_but_nobody_is_admitted(tmp_path:
     assert daemon._may_be_member(member)
     assert not daemon._admits(STRANGER)
     assert not daemon._admits(member)
+
+
+def test_adopting_a_manifest_closes_the_connections_it_no_longer_admits(
+        fleet: tuple[Daemon, str, str]) -> None:
+    # Admission is judged when a connection opens: a member that a newly adopted manifest
+    # revokes would keep its open connection, so the daemon has the transport recheck them.
+    daemon, _, _ = fleet
+
+    class Transport:
+        rechecks = 0
+
+        def close_unadmitted(self) -> int:
+            self.rechecks += 1
+            return 0
+
+    transport = Transport()
+    daemon.transport = transport  # type: ignore[assignment]
+    try:
+        envelope = daemon.node.manifest_envelope
+        assert envelope is not None
+        daemon._session_ctx().on_manifest(msg.ManifestMessage(envelope))
+    finally:
+        daemon.transport = None
+    assert transport.rechecks == 1

@@ -61,6 +61,13 @@ class SoakConfig:
     clock_hold_s: float = 30.0
     #: Churn between every two other faults (False: once only, for the short CI run).
     churn_between: bool = True
+    #: The fault kinds to inject (a subset of KINDS, for a targeted run), and whether churn
+    #: comes among them at all.
+    kinds: tuple[str, ...] = KINDS
+    churn: bool = True
+    #: Record each node's TCP connections (``ss -tnoi``) right after a partition heals or an
+    #: address changes: which connections survived the fault, and their retransmission state.
+    diagnose: bool = False
     #: A fault after which the mesh has not re-converged by then fails the run.
     converge_timeout_s: float = 120.0
     seed: int = 12
@@ -224,6 +231,31 @@ class Soak:
     def target(self, node: SoakNode) -> dict[str, Any]:
         return {"target": node.id, "addr": f"/ip4/{self.addr[node.name]}/tcp/{node.port}"}
 
+    def connections(self) -> dict[str, list[str]]:
+        """Each node's TCP connections to the daemons' ports, with their retransmission
+        state, when ``cfg.diagnose`` is set: "STATE LOCAL PEER" and, from ``ss -tnoi``, the
+        timer (kind, time to expiry, retransmissions so far), rto (ms), backoff and unacked
+        segments where present."""
+        if not self.cfg.diagnose:
+            return {}
+        out = {}
+        for node in self.nodes:
+            assert node.host is not None
+            done = subprocess.run(node.host.command(["ss", "-tnoiH"]), capture_output=True,
+                                  text=True, timeout=10, check=False)
+            lines = done.stdout.splitlines()
+            # ss prints each connection on one line and its details on the next.
+            rows = []
+            for head, info in zip(lines[::2], lines[1::2], strict=False):
+                cols = head.split()
+                if len(cols) < 5 or ":40" not in cols[3] + cols[4]:
+                    continue
+                keep = [w for w in (head + " " + info).split()
+                        if w.startswith(("timer:", "rto:", "backoff:", "unacked:"))]
+                rows.append(" ".join([cols[0], cols[3], cols[4], *keep]))
+            out[node.name] = rows
+        return out
+
     def seq(self) -> int:
         s = self.nodes[0].status()
         assert s is not None
@@ -252,11 +284,15 @@ class Soak:
             assert node.host is not None
             self.net.move(node.host, "eth0", "island")
         time.sleep(self.cfg.partition_s)  # the partition's length, not a wait for an event
+        before_heal = self.connections()
         for node in island:
             assert node.host is not None
             self.net.move(node.host, "eth0", "lan")
-        self.record("partition", time.monotonic(), island=[n.name for n in island],
-                    held_s=self.cfg.partition_s)
+        fault = self.record("partition", time.monotonic(), island=[n.name for n in island],
+                            held_s=self.cfg.partition_s)
+        if self.cfg.diagnose:
+            fault.detail.update(conns_before_heal=before_heal,
+                                conns_after=self.connections())
 
     def address_change(self) -> None:
         node = self.rng.choice(self.nodes[1:])
@@ -269,8 +305,11 @@ class Soak:
             subprocess.run(["ip", "-n", node.host.name, "addr", *args, "dev", "eth0"],
                            check=True, timeout=10)
         self.addr[node.name] = new
-        self.record("address_change", time.monotonic(), node=node.name, old=old, new=new,
-                    poll_s=ADDRESS_POLL_S)
+        at_change = self.connections()
+        fault = self.record("address_change", time.monotonic(), node=node.name, old=old,
+                            new=new, poll_s=ADDRESS_POLL_S)
+        if self.cfg.diagnose:
+            fault.detail.update(conns_at_change=at_change, conns_after=self.connections())
 
     def clock_step(self) -> None:
         step = 600 * self.clock_sign
@@ -325,11 +364,11 @@ class Soak:
     # ------------------------------------------------------------------ run
     def schedule(self) -> Iterator[str]:
         while True:
-            kinds = list(KINDS)
+            kinds = list(self.cfg.kinds)
             self.rng.shuffle(kinds)
             for i, kind in enumerate(kinds):
-                if self.cfg.churn_between or (i == 2 and not any(
-                        f.kind == "churn" for f in self.faults)):
+                if self.cfg.churn and (self.cfg.churn_between or (i == min(2, len(kinds) - 1)
+                                       and not any(f.kind == "churn" for f in self.faults))):
                     yield "churn"
                 yield kind
 
@@ -349,7 +388,7 @@ class Soak:
         try:
             for kind in self.schedule():
                 over = self.sampler.now() >= self.cfg.minutes * 60
-                if over and done >= {*KINDS, "churn"}:
+                if over and done >= {*self.cfg.kinds, *(["churn"] if self.cfg.churn else [])}:
                     break
                 fn: Callable[..., None] = getattr(self, kind)
                 fn(agent) if kind in ("stranger_probe", "stranger_flood", "mdns_wave",

@@ -237,3 +237,27 @@ def test_a_newcomer_admitted_during_its_probation_session_stays_connected() -> N
                 assert newcomer.peer_id not in tg.disconnected
 
     run(body, TEST_DEADLINE_S)
+
+
+def test_a_revoked_members_open_connection_is_closed_on_recheck() -> None:
+    # Admission is judged when a connection opens; a member revoked by a manifest adopted
+    # later kept its connection until close_unadmitted (the daemon calls it on adoption).
+    async def body() -> None:
+        async with target() as tg:
+            assert tg.t is not None
+            member_key, other_key = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+            tg.members |= {node_id_of(member_key), node_id_of(other_key)}
+            async with host(key=member_key) as member, host(key=other_key) as other:
+                await exchange(member, tg)
+                await exchange(other, tg)
+                assert tg.t.close_unadmitted() == 0  # both still members: nothing cut
+                assert tg.t.is_connected(member.peer_id)
+                tg.members.discard(member.peer_id)  # the new manifest revokes it
+                assert tg.t.close_unadmitted() == 1
+                t = tg.t
+                await tg.until(lambda: not t.is_connected(member.peer_id))
+                assert member.peer_id in tg.disconnected
+                assert tg.t.is_connected(other.peer_id)  # the others' stay open
+                await exchange(other, tg)
+
+    run(body, TEST_DEADLINE_S)

@@ -22,6 +22,9 @@ from peerd.store.fleetdir import (
 )
 from peerd.store.keyfile import NODE_KEY_FILE, read_private_key, write_private_key
 
+#: An admission time for the fleet directory's record (its value is not what is tested here).
+NOW = 1_800_000_000.0
+
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
@@ -31,11 +34,12 @@ def key() -> bytes:
     return public_key_bytes(Ed25519PrivateKey.generate())
 
 
-def test_create_writes_the_three_files_and_reads_back(tmp_path: Path) -> None:
+def test_create_writes_the_four_files_and_reads_back(tmp_path: Path) -> None:
     directory = tmp_path / "fleet"
     admin = fleetdir.create(directory)
     assert sorted(p.name for p in directory.iterdir()) == sorted(
-        [ADMIN_KEY_FILE, FLEET_FILE, MANIFEST_FILE])
+        [ADMIN_KEY_FILE, FLEET_FILE, MANIFEST_FILE, fleetdir.ADMISSIONS_FILE])
+    assert fleetdir.read_admissions(directory) == {}  # no members yet
     assert mode(directory) == 0o700
     assert mode(directory / ADMIN_KEY_FILE) == 0o600
     assert mode(directory / FLEET_FILE) == mode(directory / MANIFEST_FILE) == 0o644
@@ -72,7 +76,8 @@ def test_create_with_members_signs_them_into_the_first_manifest(tmp_path: Path) 
 def test_admit_and_revoke_re_sign_with_the_next_seq(tmp_path: Path) -> None:
     fleetdir.create(tmp_path)
     a, b = key(), key()
-    admin = fleetdir.open_admin(tmp_path).admit(a, None).admit(b, 4e9)
+    admin, _ = fleetdir.open_admin(tmp_path).admit(a, None, now=NOW)
+    admin, _ = admin.admit(b, 4e9, now=NOW)
     assert admin.fleet.manifest.seq == 3
     on_disk = fleetdir.open_fleet(tmp_path)
     assert on_disk.manifest == admin.fleet.manifest
@@ -80,11 +85,11 @@ def test_admit_and_revoke_re_sign_with_the_next_seq(tmp_path: Path) -> None:
     envelope = decode_manifest_file((tmp_path / MANIFEST_FILE).read_bytes())
     assert verify_manifest(envelope, public_key_bytes(admin.key),
                            admin.fleet.info.fleet_id).seq == 3  # signed by the admin key
-    gone = fleetdir.open_admin(tmp_path).revoke(node_id_from_public_key(a))
+    gone, _ = fleetdir.open_admin(tmp_path).revoke(node_id_from_public_key(a), now=NOW)
     assert gone.fleet.manifest.seq == 4
     assert fleetdir.open_fleet(tmp_path).manifest.revoked == {node_id_from_public_key(a)}
     with pytest.raises(ValueError, match="revoked"):
-        gone.admit(a, None)
+        gone.admit(a, None, now=NOW)
     assert fleetdir.open_fleet(tmp_path).manifest.seq == 4  # a refused change writes nothing
 
 

@@ -1,0 +1,146 @@
+"""``[learning] mode = "knowledge"``: the daemon's knowledge round and what it settles once.
+
+Wiring only, like :mod:`peerd.daemon.daemon` (which calls :func:`attach` at start-up and
+:meth:`KnowledgeMode.round` every round): the gossip state is
+:class:`peerd.node.knowstate.KnowledgeState`, the training
+:func:`peerd.learn.knowround.run_knowledge_round` (the core round with the ``none`` blend and
+distillation), the wire format :mod:`peerd.protocol.knowledge`.
+
+Each round: drop stale entries; join the cached knowledge with its keys; distil K steps
+towards the teachers of the local samples; publish the keys entry when it is new or changed
+(normally once), then a knowledge entry with this round's logits, each under the next version
+of the node's one version sequence. Sessions carry them like models: nothing else changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from torch import nn
+
+from peerd.core.distill import Distillation
+from peerd.daemon import sdnotify
+from peerd.daemon.config import Config
+from peerd.daemon.memory import release_freed_memory
+from peerd.learn.knowcache import KnowledgeBatch, KnowledgeCache
+from peerd.learn.knowround import (
+    KnowledgeRoundInput,
+    KnowledgeRoundOutput,
+    encode_keys,
+    knowledge_schema,
+    run_knowledge_round,
+)
+from peerd.learn.tasks import Task
+from peerd.node.knowstate import KnowledgeState, sign_own_keys, sign_own_knowledge
+from peerd.node.state import NodeState
+from peerd.protocol.limits import MAX_KNOWLEDGE_SAMPLES
+from peerd.store.statedir import Counters, StateDir
+
+log = logging.getLogger(__name__)
+
+
+class Daemon(Protocol):
+    """What knowledge mode uses of :class:`peerd.daemon.daemon.Daemon` (not imported: the
+    daemon imports this module)."""
+
+    cfg: Config
+    task: Task
+    model: nn.Module
+    node: NodeState
+    metrics: Any  # peerd.daemon.daemon.Metrics
+    state: StateDir
+    key: Ed25519PrivateKey
+    now: Callable[[], float]
+
+
+class KnowledgeMode:
+    """The knowledge half of one daemon: its node state, sample keys and knowledge cache."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        cfg = daemon.cfg
+        learning = cfg.learning
+        self.data = daemon.task.data()
+        self.rows = min(len(self.data.y_train), MAX_KNOWLEDGE_SAMPLES)
+        if self.rows < 1:
+            raise ValueError("knowledge mode needs at least one local training sample")
+        # The knowledge schema: key width, classes and the encoder; never the model.
+        self.schema, self.encoder = knowledge_schema(
+            cfg.fleet.fleet_id, daemon.task, daemon.model, key_dim=learning.key_dim,
+            max_samples=MAX_KNOWLEDGE_SAMPLES)
+        base = daemon.node
+        self.node = KnowledgeState(
+            **{f.name: getattr(base, f.name) for f in dataclasses.fields(NodeState)},
+            knowledge=self.schema)
+        self.node.sample_budget = learning.sample_capacity
+        self.keys = encode_keys(self.encoder, self.data.X_train)
+        self.labels = self.data.y_train.numpy().astype(np.int64)
+        self.cache = KnowledgeCache(learning.key_dim, self.schema.num_classes)
+        self.policy = Distillation(beta=learning.distill_beta,
+                                   temperature=learning.distill_temperature,
+                                   r=learning.distill_r)
+
+    async def round(self) -> None:
+        d, node, learning = self.daemon, self.node, self.daemon.cfg.learning
+        now = d.now()
+        for item in node.expire(now):
+            d.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
+        peers = [KnowledgeBatch(r.origin, r.version, r.created_at, r.keys, r.labels, r.logits)
+                 for r in node.batches()]
+        seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
+        inp = KnowledgeRoundInput(own_id=node.id, clock=node.clock(now), peers=peers,
+                                  policy=self.policy, steps=learning.local_steps,
+                                  batch_size=learning.batch_size, lr=learning.lr, seed=seed)
+        out: KnowledgeRoundOutput = await trio.to_thread.run_sync(
+            run_knowledge_round, d.model, self.data, self.keys, self.cache, inp, self.rows)
+        m = d.metrics
+        m.examples, m.train_loss, m.val_loss = out.examples, out.train_loss, out.val_loss
+        m.val_accuracy, m.alpha, m.drift = out.val_accuracy, {}, {}
+        node.round += 1
+        await self._publish(out)
+        m.round = node.round
+        acc = "-" if m.val_accuracy is None else f"{m.val_accuracy:.3f}"
+        log.info("round %d: version %d, loss %.4f, val acc %s, knowledge from %d peers "
+                 "(%d of %d samples taught)", node.round, m.version, m.train_loss, acc,
+                 out.peers, out.taught, out.examples)
+        release_freed_memory()
+        sdnotify.status(f"round {node.round}, version {m.version}, {len(node.cache)} cached")
+
+    async def _publish(self, out: KnowledgeRoundOutput) -> None:
+        """Keys when new (content-addressed), then this round's knowledge; versions from
+        the node's one sequence, the counter persisted before either can leave."""
+        d, node, m = self.daemon, self.node, self.daemon.metrics
+        version = max(m.version, node.own_max_version_seen) + 1
+        keys_new = node.own_keys is None
+        d.state.save_counters(Counters(round=node.round, version=version + keys_new))
+        key, fleet = d.key, d.cfg.fleet.fleet_id
+        if keys_new:
+            held_keys = await trio.to_thread.run_sync(lambda: sign_own_keys(
+                key, fleet, self.schema, version=version, created_at=d.now(),
+                keys=self.keys[:self.rows], labels=self.labels[:self.rows]))
+            node.set_own_keys(held_keys)
+            version += 1
+        assert node.own_keys is not None
+        keys_digest = node.own_keys.entry.meta.digest
+        held = await trio.to_thread.run_sync(lambda: sign_own_knowledge(
+            key, fleet, self.schema, version=version, created_at=d.now(),
+            ids=np.arange(self.rows, dtype=np.int32), logits=out.logits,
+            keys_digest=keys_digest))
+        node.set_own(held.entry, held.message)
+        node.own = held  # the typed holding (set_own recorded the version in the ledger)
+        m.version = version  # the daemon wakes the gossip loop: a new entry to offer
+
+
+def attach(daemon: Daemon) -> KnowledgeMode:
+    """Switch a daemon built for weights to knowledge mode: its node becomes a
+    :class:`KnowledgeState` holding the same keys, manifest, ledger and counters."""
+    mode = KnowledgeMode(daemon)
+    daemon.node = mode.node
+    return mode

@@ -1,0 +1,468 @@
+"""FedCache in the simulator: knowledge exchange beside Cached-DFL weight exchange.
+
+The FedCache experiment (seed ``fedcache-notes-zh.txt`` §5): K clients, a Dirichlet(α) split
+of the training set and a test split with the same label mix per client, one local epoch per
+round (SGD, lr 0.01, batch 8), β = 1.5, R = 16; MAUA = the mean over clients of each client's
+best accuracy on its own test split; the traffic every method moved.
+
+* ``fedcache``: every round of every client is the core round with blend policy ``none`` and
+  local policy :class:`peerd.core.distill.Distillation`; teachers come from a
+  :class:`peerd.learn.knowcache.KnowledgeCache` holding every other client's latest
+  knowledge (all-to-all contact: what FedCache's server gives, without one). Models may
+  differ: ``--fedcache-models mixed`` assigns small / medium / large by client index mod 3.
+* ``isolated``: the same clients and models, local cross-entropy only (β = 0 distillation).
+* ``cached-dfl``: weight exchange on the same partition and test splits, over the mobility
+  model (:mod:`peerd.sim.mobility`); weights need one architecture, so every client runs the
+  large model. Its traffic is every model an exchange actually moved (the daemon's
+  Digest/Want fetches only what the merge keeps).
+
+All methods draw the same mini-batches (:func:`peerd.sim.train.draw_batches`). One local
+epoch is ``ceil(mean n_i / B)`` steps for every client: vmap needs one step count.
+Owns this experiment's loop, metrics and traffic accounting; it decides nothing of a round
+(the core round does) and never touches the network.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.func import functional_call
+
+from peerd.core.alpha import AlphaPolicy
+from peerd.core.distill import Distillation, batched_distill_update
+from peerd.core.entry import CacheItem, flatten
+from peerd.core.plan import BlendPlan
+from peerd.core.round import Anchor, BlendPolicy, RoundAgent, cached_dfl_round
+from peerd.core.staleness import Clock
+from peerd.learn.data import DataError, check_partition_spec, load_dataset, partition
+from peerd.learn.keys import SampleEncoder
+from peerd.learn.knowcache import KnowledgeBatch, KnowledgeCache
+from peerd.learn.models import build_model, count_parameters
+from peerd.sim.algorithms import CachedDFL, Contacts, agent_meta, origin_id
+from peerd.sim.runner import SimConfig, mobility_trace
+from peerd.sim.train import draw_batches, matrix_to_stack, model_schema, train_batched
+
+KNOWLEDGE_ALGORITHMS = ("fedcache", "isolated", "cached-dfl")
+MIXED = ("small", "medium", "large")
+#: Bytes of one float16 value on the wire (keys and logits travel as float16).
+F16 = 2
+
+
+@dataclass(frozen=True)
+class KnowledgeSimConfig:
+    dataset: str = "fashion-mnist"
+    agents: int = 300
+    rounds: int = 50
+    dirichlet: float = 1.0
+    models: str = "large"  # a model name, or "mixed" (small/medium/large by index mod 3)
+    algorithms: tuple[str, ...] = ("fedcache", "cached-dfl")
+    lr: float = 0.01
+    batch_size: int = 8
+    beta: float = 1.5
+    temperature: float = 3.0
+    r: int = 16
+    key_dim: int = 64
+    seed: int = 0
+    eval_every: int = 1
+    # Cached-DFL's side (the mobility model and its cache)
+    capacity: int = 10
+    tau_max: float = 5.0
+    round_seconds: int = 120
+
+    def validate(self) -> None:
+        bad = [a for a in self.algorithms if a not in KNOWLEDGE_ALGORITHMS]
+        if bad or not self.algorithms:
+            raise ValueError(f"unknown algorithm(s) {bad}; choose from "
+                             f"{', '.join(KNOWLEDGE_ALGORITHMS)}")
+        if self.agents < 2 or self.rounds < 1 or self.batch_size < 1 or self.eval_every < 1:
+            raise ValueError("need agents >= 2 and rounds, batch size, eval-every >= 1")
+        if not (self.lr > 0 and self.dirichlet > 0):
+            raise ValueError("lr and the Dirichlet concentration must be > 0")
+        if self.models != "mixed" and self.models not in MIXED:
+            raise ValueError(f"models must be small, medium, large or mixed, got {self.models}")
+        Distillation(self.beta, self.temperature, self.r)  # validates
+
+    def model_of(self, agent: int) -> str:
+        return MIXED[agent % 3] if self.models == "mixed" else self.models
+
+
+@dataclass
+class KnowledgeResult:
+    config: KnowledgeSimConfig
+    #: per algorithm: per evaluated round, (round, mean accuracy, MAUA so far, bytes so far)
+    curves: dict[str, list[tuple[int, float, float, int]]] = field(default_factory=dict)
+    maua: dict[str, float] = field(default_factory=dict)
+    traffic: dict[str, dict[str, int]] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"config": asdict(self.config) | {"algorithms": list(self.config.algorithms)},
+                "maua": self.maua, "traffic_bytes": self.traffic, "info": self.info,
+                "curves": {a: [list(row) for row in c] for a, c in self.curves.items()}}
+
+
+# ------------------------------------------------------------------ data
+
+
+def client_test_split(train_parts: Sequence[np.ndarray], y_train: np.ndarray,
+                      y_test: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Each client's test indices, with its training label mix: class c's test samples are
+    dealt to clients in proportion to their share of class c in training."""
+    k = len(train_parts)
+    out: list[list[np.ndarray]] = [[] for _ in range(k)]
+    for c in np.unique(y_test):
+        have = np.array([(y_train[p] == c).sum() for p in train_parts], dtype=np.float64)
+        idx = rng.permutation(np.flatnonzero(y_test == c))
+        if have.sum() == 0:
+            continue
+        cuts = (np.cumsum(have / have.sum())[:-1] * len(idx)).astype(np.int64)
+        for a, chunk in enumerate(np.split(idx, cuts)):
+            out[a].append(chunk)
+    return [np.sort(np.concatenate(p)) if p else np.zeros(0, np.int64) for p in out]
+
+
+@dataclass
+class _Setup:
+    x: torch.Tensor
+    y: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    train: list[np.ndarray]
+    test: list[np.ndarray]
+    steps: int
+    num_classes: int
+    input_shape: tuple[int, ...]
+
+
+def _setup(config: KnowledgeSimConfig) -> _Setup:
+    seeds = np.random.SeedSequence(config.seed).spawn(3)
+    data = load_dataset(config.dataset)
+    parts = partition(data.y_train, config.agents, f"dirichlet:{config.dirichlet}",
+                      np.random.default_rng(seeds[0]))
+    tests = client_test_split(parts, data.y_train.numpy(), data.y_test.numpy(),
+                       np.random.default_rng(seeds[1]))
+    steps = math.ceil(np.mean([len(p) for p in parts]) / config.batch_size)
+    return _Setup(data.x_train, data.y_train, data.x_test, data.y_test, parts, tests, steps,
+                  data.num_classes, data.input_shape)
+
+
+# ------------------------------------------------------------------ models as stacks
+
+
+class _Group:
+    """The clients of one architecture: their parameters stacked ``{name: [g, *shape]}``."""
+
+    def __init__(self, kind: str, members: list[int], setup: _Setup, seed: int) -> None:
+        self.kind = kind
+        self.members = members
+        self.model = build_model(kind, setup.input_shape, setup.num_classes, seed=seed)
+        self.params_count = count_parameters(self.model)
+        init = {n: p.detach() for n, p in self.model.named_parameters()}
+        # Every client of an architecture starts from the same seeded init (as a fleet does).
+        self.stack = {n: t.expand(len(members), *t.shape).clone() for n, t in init.items()}
+
+    def params_of(self, i: int) -> dict[str, torch.Tensor]:
+        return {n: t[i] for n, t in self.stack.items()}
+
+    @torch.no_grad()
+    def logits(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = functional_call(self.model, self.params_of(i), (x,))
+        return out
+
+
+def _groups(config: KnowledgeSimConfig, setup: _Setup) -> list[_Group]:
+    kinds = sorted({config.model_of(a) for a in range(config.agents)}, key=MIXED.index)
+    return [_Group(k, [a for a in range(config.agents) if config.model_of(a) == k], setup,
+                   config.seed) for k in kinds]
+
+
+def _evaluate(groups: Sequence[_Group], setup: _Setup, agents: int) -> np.ndarray:
+    acc = np.full(agents, np.nan)
+    for g in groups:
+        for i, a in enumerate(g.members):
+            idx = torch.from_numpy(setup.test[a])
+            if idx.numel() == 0:
+                continue
+            pred = g.logits(i, setup.x_test[idx]).argmax(dim=1)
+            acc[a] = float((pred == setup.y_test[idx]).double().mean())
+    return acc
+
+
+# ------------------------------------------------------------------ knowledge fleet
+
+
+@dataclass
+class _KnowledgeOps:
+    """The core round's ops for knowledge mode: nothing to blend; distil one epoch."""
+
+    groups: list[_Group]
+    setup: _Setup
+    batches: list[torch.Tensor]
+    teacher: torch.Tensor  # [N_train, C]: each training sample's teacher logits
+    has: torch.Tensor  # [N_train] bool
+    lr: float
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        raise AssertionError("knowledge mode blends nothing")
+
+    def train(self, anchors: Sequence[Anchor]) -> torch.Tensor:
+        raise AssertionError("knowledge mode trains through distill")
+
+    def distill(self, anchors: Sequence[Anchor], policy: Distillation) -> torch.Tensor:
+        losses = torch.zeros(sum(len(g.members) for g in self.groups))
+        for g in self.groups:
+            sizes = np.array([self.batches[a].shape[1] for a in g.members])
+            for size in np.unique(sizes):
+                local = np.flatnonzero(sizes == size)
+                sel = torch.from_numpy(local)
+                idx = torch.stack([self.batches[g.members[i]] for i in local], dim=1)  # [K,g,b]
+                stack = {n: t[sel] for n, t in g.stack.items()}
+                new, loss = batched_distill_update(
+                    g.model, stack, self.setup.x[idx], self.setup.y[idx], self.teacher[idx],
+                    self.has[idx], lr=self.lr, policy=policy)
+                for n in g.stack:
+                    g.stack[n][sel] = new[n]
+                losses[torch.tensor([g.members[i] for i in local])] = loss
+        return losses
+
+
+#: Called after every round with the rounds done and the run's outputs so far.
+Tick = Callable[[int, dict[str, Any]], None]
+
+
+def _run_knowledge(config: KnowledgeSimConfig, setup: _Setup, beta: float,
+                   progress: Tick) -> dict[str, Any]:
+    groups = _groups(config, setup)
+    policy = Distillation(beta, config.temperature, config.r)
+    encoder = SampleEncoder(b"peerd-sim", setup.input_shape, config.key_dim)
+    keys = [encoder.encode(setup.x[torch.from_numpy(p)].numpy()) for p in setup.train]
+    labels = [setup.y[torch.from_numpy(p)].numpy() for p in setup.train]
+    cache = KnowledgeCache(config.key_dim, setup.num_classes)
+    n_train = setup.x.shape[0]
+    best = np.full(config.agents, -np.inf)
+    curve: list[tuple[int, float, float, int]] = []
+    samples = sum(len(p) for p in setup.train)
+    # Traffic, server-equivalent (the paper's count): every key once up, then per round every
+    # sample's logits up and its teacher down. Gossip all-to-all (peerd without a server):
+    # every origin's batch to each of the K - 1 others, keys once, logits every round.
+    key_bytes = samples * (config.key_dim * F16 + 1)  # + a label byte per sample
+    logit_bytes = samples * setup.num_classes * F16
+    server = gossip = 0
+    distilling = beta > 0
+    if distilling:
+        server += key_bytes
+        gossip += key_bytes * (config.agents - 1)
+    agents = [RoundAgent(agent_meta(a, 0, len(p)), ()) for a, p in enumerate(setup.train)]
+    for t in range(config.rounds):
+        teacher = torch.zeros(n_train, setup.num_classes)
+        has = torch.zeros(n_train, dtype=torch.bool)
+        if distilling and len(cache):
+            for a, part in enumerate(setup.train):
+                z, count = cache.teacher_logits(keys[a], labels[a], r=config.r,
+                                                exclude=origin_id(a))
+                idx = torch.from_numpy(part)
+                teacher[idx] = torch.from_numpy(z)
+                has[idx] = torch.from_numpy(count > 0)
+            server += logit_bytes  # the teachers, down
+        batches = draw_batches(setup.train, setup.steps, config.batch_size, config.seed, t)
+        ops = _KnowledgeOps(groups, setup, batches, teacher, has, config.lr)
+        cached_dfl_round(agents, clock=Clock.rounds(t), policy=AlphaPolicy.parse("uniform"),
+                         rho=0.0, ops=ops, blend=BlendPolicy.NONE, local=policy)
+        if distilling:
+            for g in groups:
+                for i, a in enumerate(g.members):
+                    rows = torch.from_numpy(setup.train[a])
+                    # float16 on the wire: the cache holds what a peer would receive.
+                    z16 = g.logits(i, setup.x[rows]).numpy().astype(np.float16)
+                    cache.put(KnowledgeBatch(origin_id(a), t + 1, float(t + 1), keys[a],
+                                             labels[a], z16.astype(np.float32)))
+            server += logit_bytes
+            gossip += logit_bytes * (config.agents - 1)
+        if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
+            acc = _evaluate(groups, setup, config.agents)
+            best = np.fmax(best, acc)
+            curve.append((t + 1, float(np.nanmean(acc)), float(np.nanmean(best)), server))
+        out = {"curve": curve, "maua": float(np.nanmean(best)) if curve else math.nan,
+               "traffic": {"server_equivalent": server, "gossip_all_to_all": gossip},
+               "parameters": {g.kind: g.params_count for g in groups},
+               "index_rebuilds": cache.rebuilds, "rounds_done": t + 1}
+        progress(t + 1, out)
+    return out
+
+
+# ------------------------------------------------------------------ weight fleet
+
+
+class _CountingCachedDFL(CachedDFL):
+    """Cached-DFL that counts every model an exchange moved into a cache."""
+
+    def __init__(self, *args: Any, model_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.model_bytes = model_bytes
+        self.moved = 0
+
+    def _receive(self, me: int, peer: int, t: int, clock: Clock) -> tuple[CacheItem, ...]:
+        before = {(i.meta.origin, i.meta.version) for i in self.caches[me]}
+        new = super()._receive(me, peer, t, clock)
+        self.moved += sum((i.meta.origin, i.meta.version) not in before for i in new)
+        return new
+
+
+@dataclass
+class _WeightOps:
+    fleet: CachedDFL
+    trainer: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        self.fleet.blend(plans)
+
+    def train(self, anchors: Sequence[Anchor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.trainer(self.fleet.matrix)
+
+
+def _run_cached_dfl(config: KnowledgeSimConfig, setup: _Setup,
+                    progress: Tick) -> dict[str, Any]:
+    model = build_model("large", setup.input_shape, setup.num_classes, seed=config.seed)
+    schema = model_schema(model)
+    init = flatten(dict(model.named_parameters()), schema)
+    fleet = _CountingCachedDFL(
+        init.expand(config.agents, -1).clone(), [len(p) for p in setup.train],
+        capacity=config.capacity, tau_max=config.tau_max, policy=AlphaPolicy.parse("uniform"),
+        model_bytes=schema.flat_size * 4)
+    mobility = SimConfig(agents=config.agents, round_seconds=config.round_seconds,
+                         seed=config.seed)
+    next_round = mobility_trace(mobility, np.random.default_rng(
+        np.random.SeedSequence(config.seed).spawn(3)[2]))
+    group = _Group("large", list(range(config.agents)), setup, config.seed)
+    best = np.full(config.agents, -np.inf)
+    curve: list[tuple[int, float, float, int]] = []
+    for t in range(config.rounds):
+        batches = draw_batches(setup.train, setup.steps, config.batch_size, config.seed, t)
+
+        def trainer(m: torch.Tensor, b: list[torch.Tensor] = batches
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+            return train_batched(model, m, schema, setup.x, setup.y, b, lr=config.lr, rho=0.0)
+
+        ops = _WeightOps(fleet, trainer)
+        outcome = cached_dfl_round(fleet.agents(), clock=fleet.clock, policy=fleet.policy,
+                                   rho=0.0, ops=ops)
+        ticks = next_round()
+        met = np.zeros((config.agents, config.agents), dtype=bool)
+        for pairs in ticks:
+            met[pairs[:, 0], pairs[:, 1]] = True
+        fleet.publish(outcome.trained[0], t + 1, Contacts(ticks, met | met.T))
+        if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
+            # The model each client just trained (blend + one local epoch on its own data):
+            # the personalised model, as FedCache's clients are measured. (The blend that
+            # opens the next round is a [K, bank] x [bank, D] product: too slow to preview.)
+            group.stack = matrix_to_stack(fleet.matrix, schema)
+            acc = _evaluate([group], setup, config.agents)
+            best = np.fmax(best, acc)
+            curve.append((t + 1, float(np.nanmean(acc)), float(np.nanmean(best)),
+                          fleet.moved * fleet.model_bytes))
+        out = {"curve": curve, "maua": float(np.nanmean(best)) if curve else math.nan,
+               "traffic": {"exchanged": fleet.moved * fleet.model_bytes,
+                           "models_moved": fleet.moved},
+               "parameters": {"large": schema.flat_size}, "rounds_done": t + 1}
+        progress(t + 1, out)
+    return out
+
+
+# ------------------------------------------------------------------ driver
+
+
+def run_knowledge(config: KnowledgeSimConfig,
+                  progress: Callable[[str, int], None] | None = None,
+                  checkpoint: Callable[[KnowledgeResult], None] | None = None
+                  ) -> KnowledgeResult:
+    """Every algorithm of ``config`` on one partition; deterministic for a given config.
+
+    ``checkpoint`` gets the result so far after every round (a run cut short by a time
+    limit still leaves its curves)."""
+    config.validate()
+    setup = _setup(config)
+    result = KnowledgeResult(config)
+    result.info = {"train_samples_per_client_mean": float(np.mean([len(p) for p in setup.train])),
+                   "test_samples_per_client_mean": float(np.mean([len(p) for p in setup.test])),
+                   "local_steps_per_round": setup.steps, "seconds": {}}
+    for alg in config.algorithms:
+        start = time.perf_counter()
+
+        def tick(t: int, out: dict[str, Any], alg: str = alg, start: float = start) -> None:
+            rest = dict(out)
+            result.curves[alg] = list(rest.pop("curve"))
+            result.maua[alg] = rest.pop("maua")
+            result.traffic[alg] = rest.pop("traffic")
+            result.info[alg] = rest
+            result.info["seconds"][alg] = round(time.perf_counter() - start, 1)
+            if progress is not None:
+                progress(alg, t)
+            if checkpoint is not None:
+                checkpoint(result)
+
+        if alg == "cached-dfl":
+            _run_cached_dfl(config, setup, tick)
+        else:
+            _run_knowledge(config, setup, config.beta if alg == "fedcache" else 0.0, tick)
+    return result
+
+
+def knowledge_cli(*, dataset: str, partition: str, agents: int, rounds: int,
+                  algorithms: tuple[str, ...], models: str, lr: float, batch_size: int,
+                  beta: float, temperature: float, r: int, key_dim: int, seed: int,
+                  eval_every: int, capacity: int, tau_max: float, round_seconds: int,
+                  out: Path, json_output: bool) -> None:
+    """``peerd sim --algorithms fedcache,...``: run, write ``out/fedcache.json``, print.
+
+    Start-up errors are one line on stderr and exit 2."""
+    try:
+        alpha = check_partition_spec(partition)
+        if not partition.startswith("dirichlet:"):
+            raise ValueError("fedcache runs need --partition dirichlet:ALPHA (the paper's split)")
+        config = KnowledgeSimConfig(
+            dataset=dataset, agents=agents, rounds=rounds, dirichlet=alpha, models=models,
+            algorithms=algorithms, lr=lr, batch_size=batch_size, beta=beta,
+            temperature=temperature, r=r, key_dim=key_dim, seed=seed, eval_every=eval_every,
+            capacity=capacity, tau_max=tau_max, round_seconds=round_seconds)
+        config.validate()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+    def progress(alg: str, t: int) -> None:
+        if not json_output:
+            print(f"\r{alg} round {t}/{rounds}", end="", file=sys.stderr, flush=True)
+
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "fedcache.json"
+
+    def checkpoint(result: KnowledgeResult) -> None:
+        # Written whole and renamed: a run killed mid-write leaves the last complete round.
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result.summary(), indent=1) + "\n")
+        tmp.replace(target)
+
+    try:
+        result = run_knowledge(config, progress, checkpoint)
+    except (DataError, ValueError) as exc:
+        print(f"\nerror: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    summary = result.summary()
+    if json_output:
+        print(json.dumps(summary))
+        return
+    print(file=sys.stderr)
+    for alg in config.algorithms:
+        print(f"{alg:>10}: MAUA {100 * result.maua[alg]:.2f} %  traffic "
+              + ", ".join(f"{k} {v / 1e9:.4f} GB" for k, v in result.traffic[alg].items()
+                          if k.endswith(("equivalent", "all", "exchanged"))))
+    print(f"wrote {out / 'fedcache.json'}")

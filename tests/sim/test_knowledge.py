@@ -1,0 +1,108 @@
+"""The FedCache simulation: test splits with the training label mix, MAUA, the traffic
+formulas, and knowledge mode through the core round (tiny runs on scikit-learn's digits)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from peerd.learn.data import load_dataset, partition
+from peerd.sim.knowledge import (
+    F16,
+    KnowledgeSimConfig,
+    client_test_split,
+    knowledge_cli,
+    run_knowledge,
+)
+
+
+def test_each_client_tests_on_its_own_label_mix() -> None:
+    data = load_dataset("digits")
+    y_tr, y_te = data.y_train.numpy(), data.y_test.numpy()
+    parts = partition(y_tr, 5, "dirichlet:0.5", np.random.default_rng(0))
+    tests = client_test_split(parts, y_tr, y_te, np.random.default_rng(1))
+    assert sorted(np.concatenate(tests).tolist()) == list(range(len(y_te)))  # a partition
+    for train, test in zip(parts, tests, strict=True):
+        p_train = np.bincount(y_tr[train], minlength=10) / len(train)
+        p_test = np.bincount(y_te[test], minlength=10) / max(len(test), 1)
+        assert set(np.flatnonzero(p_test)) <= set(np.flatnonzero(p_train))
+        assert np.abs(p_train - p_test).sum() < 0.5
+
+
+CONFIG = KnowledgeSimConfig(dataset="digits", agents=6, rounds=3, models="mixed", lr=0.05,
+                            batch_size=8, r=4, key_dim=16,
+                            algorithms=("fedcache", "isolated", "cached-dfl"))
+
+
+@pytest.fixture(scope="module")
+def result_summary() -> dict[str, Any]:
+    return run_knowledge(CONFIG).summary()
+
+
+def test_maua_is_the_mean_of_each_clients_best_accuracy(result_summary: dict[str, Any]) -> None:
+    for alg in CONFIG.algorithms:
+        curve = result_summary["curves"][alg]
+        assert [row[0] for row in curve] == [1, 2, 3]
+        mauas = [row[2] for row in curve]
+        assert mauas == sorted(mauas)  # a best-so-far mean never falls
+        assert all(row[2] >= row[1] - 1e-12 for row in curve)  # best >= current
+        assert result_summary["maua"][alg] == mauas[-1]
+        assert 0.1 < mauas[-1] <= 1.0
+
+
+def test_knowledge_traffic_is_keys_once_and_logits_per_round(
+        result_summary: dict[str, Any]) -> None:
+    data = load_dataset("digits")
+    samples, classes, k = data.x_train.shape[0], 10, CONFIG.agents
+    keys = samples * (CONFIG.key_dim * F16 + 1)
+    logits = samples * classes * F16
+    traffic = result_summary["traffic_bytes"]
+    # Server-equivalent: keys up once, logits up every round, teachers down from round 2 on.
+    assert traffic["fedcache"]["server_equivalent"] == keys + 3 * logits + 2 * logits
+    assert traffic["fedcache"]["gossip_all_to_all"] == (k - 1) * (keys + 3 * logits)
+    assert traffic["isolated"] == {"server_equivalent": 0, "gossip_all_to_all": 0}
+    moved = traffic["cached-dfl"]["models_moved"]
+    params = result_summary["info"]["cached-dfl"]["parameters"]["large"]
+    assert moved > 0
+    assert traffic["cached-dfl"]["exchanged"] == moved * params * 4
+
+
+def test_distillation_changes_what_the_clients_learn(result_summary: dict[str, Any]) -> None:
+    curves = result_summary["curves"]
+    # Round 1 has no teachers yet (an empty cache): fedcache trains exactly like isolated.
+    assert curves["fedcache"][0] == [1, curves["isolated"][0][1], curves["isolated"][0][2],
+                                     curves["fedcache"][0][3]]
+    assert [r[1] for r in curves["fedcache"][1:]] != [r[1] for r in curves["isolated"][1:]]
+    assert result_summary["info"]["fedcache"]["parameters"] == {
+        "small": 64 * 96 + 96 + 96 * 10 + 10,
+        "medium": 64 * 192 + 192 + 192 * 96 + 96 + 96 * 10 + 10,
+        "large": 64 * 256 + 256 + 256 * 192 + 192 + 192 * 64 + 64 + 64 * 10 + 10,
+    }
+
+
+def test_the_cli_entry_writes_its_json_and_refuses_bad_input(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    common = dict(dataset="digits", agents=3, rounds=1, algorithms=("fedcache",),
+                  models="small", lr=0.05, batch_size=8, beta=1.5, temperature=3.0, r=2,
+                  key_dim=8, seed=0, eval_every=1, capacity=3, tau_max=5.0, round_seconds=10,
+                  out=tmp_path, json_output=True)
+    knowledge_cli(partition="dirichlet:1.0", **common)  # type: ignore[arg-type]
+    written = json.loads((tmp_path / "fedcache.json").read_text())
+    assert written["config"]["agents"] == 3
+    assert "fedcache" in written["maua"]
+    with pytest.raises(SystemExit) as exc:
+        knowledge_cli(partition="shards", **common)  # type: ignore[arg-type]
+    assert exc.value.code == 2
+    assert "dirichlet" in capsys.readouterr().err
+
+
+def test_bad_configs_are_refused() -> None:
+    for bad in (dict(algorithms=("fedavg",)), dict(models="huge"), dict(agents=1),
+                dict(beta=-1.0), dict(r=0)):
+        with pytest.raises(ValueError, match=r"algorithm|models|agents|beta|r must"):
+            KnowledgeSimConfig(**bad).validate()
