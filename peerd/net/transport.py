@@ -1,7 +1,8 @@
 """The libp2p shell: one host (TCP + Noise + Yamux, Ed25519 identity) behind a small trio API.
 
-Everything libp2p lives in this module and the two beside it, :mod:`peerd.net.stream`
-(:class:`Stream`, one open stream) and :mod:`peerd.net.mends` (py-libp2p's defects), so the
+Everything libp2p lives in this module and the three beside it, :mod:`peerd.net.stream`
+(:class:`Stream`, one open stream), :mod:`peerd.net.swarmconns` (the swarm's connection table)
+and :mod:`peerd.net.mends` (py-libp2p's defects), so the
 gossip layer sees only peer-id strings, multiaddr strings, :class:`Stream` objects and
 :class:`TransportError`. The libp2p-free parts, :mod:`peerd.net.framing` and
 :mod:`peerd.net.transport_config`, are re-exported from here, and so is :class:`Stream`;
@@ -23,20 +24,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import cast
 
 import multiaddr  # no stubs/py.typed in 0.2.0
 import trio
 from libp2p import new_host
-from libp2p.abc import IHost, IMuxedConn, INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_new_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import RetryConfig
-from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.rcmgr import Direction
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
@@ -65,8 +64,8 @@ from peerd.net.mends import (
     switch_off_auto_connector,
 )
 from peerd.net.stream import Stream as Stream
+from peerd.net.swarmconns import SwarmConnections, parse_peer_id
 from peerd.net.transport_config import (
-    CLOSE_REFUSED_TIMEOUT_S,
     DISCONNECT_TIMEOUT_S,
     HOST_CLOSE_TIMEOUT_S,
     MAX_TRACKED_PEERS,
@@ -87,13 +86,6 @@ logger = logging.getLogger(__name__)
 # --- identity ---------------------------------------------------------------------------
 # A node id is the libp2p peer id of its key: peerd.protocol.identity.node_id_of computes it
 # without libp2p (a test checks that the two agree).
-
-
-def _parse_peer_id(peer_id: str) -> ID:
-    try:
-        return ID.from_base58(peer_id)
-    except Exception as e:
-        raise TransportError(f"malformed peer id {peer_id!r}") from e
 
 
 def _parse_addrs(addrs: Sequence[str]) -> list[multiaddr.Multiaddr]:
@@ -165,16 +157,17 @@ class Transport:
             addrs_factory=_concrete_multiaddrs,
         )
         swarm = self._host.get_network()
+        self._conns = SwarmConnections(swarm)
         # One retry: the caller (gossip) owns the back-off policy, not the library.
         swarm.retry_config = RetryConfig(max_retries=1)  # type: ignore[attr-defined]
         switch_off_auto_connector(swarm)  # mend 6
         self._admission = Admission(admit, on_refused,
                                     max_probation=config.max_probation_connections,
                                     probation_s=config.probation_s,
-                                    close=self._close_connection)
+                                    close=self._conns.close)
         if admit is not None:  # mend 8: members are never refused for want of a slot
             bypass_limits_when_admitted(swarm, self._admission.admitted)
-        self.liveness = Liveness(self._muxed_conns, self._close_connection)  # mend 9
+        self.liveness = Liveness(self._conns.muxed, self._conns.close)  # mend 9
         self._host.set_stream_handler(TProtocol(PROTOCOL_ID), self._on_stream)
         self._host.get_network().register_notifee(_ConnectionEvents(self))
         self._handler = handler
@@ -188,39 +181,13 @@ class Transport:
 
     # -- admission (mend 8) --
 
-    async def _close_connection(self, conn: Hashable) -> None:
-        """Close one connection (not the peer's others); its limiter slots go with it. It
-        leaves the swarm's table even when closing it runs out of time (a dead path, mend
-        9): listed, the peer would count as connected and never be dialled again."""
-        swarm = self._host.get_network()
-        muxed = cast(IMuxedConn, conn)  # what this transport hands Admission and Liveness
-        listed = [c for c in swarm.connections.get(muxed.peer_id, []) if c.muxed_conn is muxed]
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_REFUSED_TIMEOUT_S):
-            try:
-                await (listed[0].close() if listed else muxed.close())
-            except Exception as e:  # noqa: BLE001 - a dead connection is no error here
-                logger.debug("closing a connection failed: %r", e)
-        for swarm_conn in listed:
-            if swarm_conn in swarm.connections.get(muxed.peer_id, []):
-                try:
-                    swarm.remove_conn(swarm_conn)  # type: ignore[attr-defined]
-                except Exception as e:  # noqa: BLE001 - bookkeeping of a dead connection
-                    logger.debug("forgetting a closed connection failed: %r", e)
-
-    def _muxed_conns(self, peer_id: str | None) -> list[tuple[str, Hashable]]:
-        """(peer id, muxed connection) of the open connections, of one peer or all."""
-        conns = self._host.get_network().connections
-        peers = list(conns) if peer_id is None else [_parse_peer_id(peer_id)]
-        return [(str(p), c.muxed_conn) for p in peers for c in list(conns.get(p, []))
-                if not getattr(c, "is_closed", False)]
-
     def close_unadmitted(self) -> int:
         """Close the connections of every peer not admitted now (a manifest just revoked
         it): admission is otherwise judged only when a connection is opened (mend 8). How
         many peers were cut."""
         if not self._admission.enabled or self._admission.tasks is None:
             return 0
-        peers = {p for p, _ in self._muxed_conns(None) if not self._admission.admitted(p)}
+        peers = {p for p, _ in self._conns.muxed(None) if not self._admission.admitted(p)}
         for peer in peers:
             self._admission.tasks.start_soon(self.liveness.drop_all, peer, "not admitted")
         return len(peers)
@@ -255,23 +222,13 @@ class Transport:
 
     def remote_address(self, peer_id: str) -> str | None:
         """``IP:PORT`` of an open connection with ``peer_id`` (for the logs), None if none."""
-        try:
-            conns = self._host.get_network().connections.get(_parse_peer_id(peer_id), [])
-            for conn in conns:
-                # Yamux has it (py-libp2p 0.8.1); the interface does not declare it.
-                remote = getattr(conn.muxed_conn, "get_remote_address", lambda: None)()
-                if remote is not None:
-                    return f"{remote[0]}:{remote[1]}"
-        except (TransportError, AttributeError, OSError):  # a torn connection: no address
-            return None
-        return None
+        return self._conns.remote_address(peer_id)
 
     def is_connected(self, peer_id: str) -> bool:
-        return self.connection_count(peer_id) > 0
+        return self._conns.count(peer_id) > 0
 
     def connection_count(self, peer_id: str) -> int:
-        conns = self._host.get_network().connections.get(_parse_peer_id(peer_id), [])
-        return sum(1 for c in conns if not getattr(c, "is_closed", False))
+        return self._conns.count(peer_id)
 
     def connected_peers(self) -> list[str]:
         return sorted(str(p) for p in self._host.get_connected_peers())
@@ -294,7 +251,7 @@ class Transport:
         handshake proves the remote holds ``peer_id``'s key: an address that answers with
         another identity fails.
         """
-        pid = _parse_peer_id(peer_id)
+        pid = parse_peer_id(peer_id)
         if pid == self._host.get_id():
             raise TransportError("refusing to dial ourselves")
         if self.is_connected(peer_id):
@@ -335,7 +292,7 @@ class Transport:
     async def disconnect(self, peer_id: str) -> None:
         with trio.move_on_after(DISCONNECT_TIMEOUT_S):
             try:
-                await self._host.disconnect(_parse_peer_id(peer_id))
+                await self._host.disconnect(parse_peer_id(peer_id))
             except Exception as e:  # noqa: BLE001 - a failed disconnect is only logged
                 logger.debug("disconnect from %s failed: %r", peer_id, e)
 
@@ -351,7 +308,7 @@ class Transport:
 
         Closed on normal exit, reset if the body raises.
         """
-        pid = _parse_peer_id(peer_id)  # before a stats entry exists for a malformed id
+        pid = parse_peer_id(peer_id)  # before a stats entry exists for a malformed id
         stats = self._stats[peer_id]
         if stats.streams_out >= self._config.max_outbound_streams_per_peer:
             raise StreamLimitError(f"{stats.streams_out} streams open to {peer_id}")
