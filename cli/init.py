@@ -105,11 +105,16 @@ state_dir = {_toml_str(state_dir)}
 # distill_temperature = 3.0    # knowledge: softmax temperature of the KL term
 # distill_r = 16               # knowledge: neighbours averaged per sample
 # sample_capacity = 100000     # knowledge: samples kept in the cache over all peers
+# blend = "weighted"           # weighted | median | trimmed[:0.1] | clipped[:1.0] | krum[:1]
 
 [validation]
 # max_norm = 1e4               # reject entries whose parameter L2 norm is larger
 # max_examples = 10000000      # cap on an entry's claimed example count
 # max_future_skew_s = 300.0    # tolerated clock skew for created_at in the future
+# update_norm = "off"          # off | reject | clip: entries far from the own model
+# update_norm_multiple = 4.0   # bound: this × the median update norm seen
+# update_norm_window = 64      # update norms remembered for that median
+# update_norm_min_history = 8  # no bound until this many were seen (cold start)
 
 [task]
 # name = "digits"              # digits | mnist | fashion-mnist | csv | package.module:attr

@@ -33,6 +33,10 @@ def sim(
             "staleness:poly:A, staleness:hinge:A:B."
         ),
     ] = "uniform",
+    blend: Annotated[str, Opt(help="Blend rule (the daemon's [learning] blend): weighted, "
+                                   "median, trimmed[:β=0.1], clipped[:τ=1.0], krum[:f=1].")] = (
+        "weighted"
+    ),
     algorithms: Annotated[str, Opt(help="Comma list of cached-dfl, dfl, fedavg, isolated; "
                                         "or fedcache[,isolated,cached-dfl] (knowledge runs).")] = (
         "cached-dfl,dfl,fedavg"
@@ -75,6 +79,11 @@ def sim(
     if "fedcache" in names:
         from peerd.sim.knowledge import knowledge_cli
 
+        if blend.strip() != "weighted":
+            Console(stderr=True).print("[red]error:[/red] --blend applies to weight runs; "
+                                       "fedcache averages no models")
+            raise typer.Exit(2)
+
         knowledge_cli(dataset=dataset, partition=partition, agents=agents, rounds=rounds,
                       algorithms=names, models=fedcache_models, lr=lr, batch_size=batch_size,
                       beta=beta, temperature=temperature, r=neighbours, key_dim=key_dim,
@@ -93,6 +102,7 @@ def sim(
         lr=lr,
         rho=rho,
         alpha=alpha,
+        blend=blend,
         algorithms=tuple(a.strip() for a in algorithms.split(",") if a.strip()),
         seed=seed,
         model=model,

@@ -17,6 +17,8 @@ class Reason(StrEnum):
     SHAPE_MISMATCH = "shape_mismatch"  # a tensor's shape (or the tensor set) differs
     NON_FINITE = "non_finite"  # NaN or +-Inf anywhere in the parameters
     NORM_TOO_LARGE = "norm_too_large"  # float64 L2 norm above the configured bound
+    #: ‖entry − own x̄‖ above the fleet-adaptive bound (peerd.core.updatenorm), action reject
+    UPDATE_NORM_TOO_LARGE = "update_norm_too_large"
     EXAMPLES_NONPOSITIVE = "examples_nonpositive"  # num_examples <= 0
     EXAMPLES_OVER_CAP = "examples_over_cap"  # num_examples above the configured cap
     FUTURE_TIMESTAMP = "future_timestamp"  # created_at beyond now + allowed clock skew

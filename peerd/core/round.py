@@ -31,8 +31,11 @@ daemon: one). What the round decides, per agent:
   towards the knowledge cache's teachers, ``ops.distill``; the ops must be
   :class:`KnowledgeOps`).
 
-Later policies (median, trimmed mean or Krum blends; FedBSS or cordial local steps) are new
-values here, not new round functions.
+* robust blends (:mod:`peerd.core.robust`: median, trimmed mean, self-centred clipping,
+  Multi-Krum): the same plan and α, applied by ``ops.blend_robust`` (the ops must be
+  :class:`RobustBlendOps`); :func:`parse_blend` reads the configured name.
+
+Later policies (FedBSS or cordial local steps) are new values here, not new round functions.
 
 What it must not do: touch a model, a file, a socket or a clock, or draw random numbers. Time
 comes in as ``clock``, randomness inside the ops (each training carries its generator).
@@ -52,6 +55,7 @@ from enum import StrEnum
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from peerd.core.alpha import AlphaPolicy
+from peerd.core.blendrules import RobustRule, parse_rule
 from peerd.core.distill import Distillation
 from peerd.core.drift import should_publish
 from peerd.core.entry import CacheItem, EntryMeta
@@ -100,6 +104,13 @@ class RoundOps(BlendOps, Protocol[T_co]):
 
 
 @runtime_checkable
+class RobustBlendOps(Protocol):
+    def blend_robust(self, plans: Sequence[BlendPlan], rule: RobustRule) -> None:
+        """Replace each agent's model by ``rule`` over its plan's origins (own first), α as
+        the plan says (:mod:`peerd.core.robust`). An alone plan may be skipped."""
+
+
+@runtime_checkable
 class KnowledgeOps(RoundOps[T_co], Protocol[T_co]):
     def distill(self, anchors: Sequence[Anchor], policy: Distillation) -> T_co:
         """One local epoch of distillation for every agent (teachers are the ops' business:
@@ -113,6 +124,18 @@ class BlendPolicy(StrEnum):
     WEIGHTED = "weighted"
     #: Nothing is combined: every plan is the own model alone (knowledge mode).
     NONE = "none"
+
+
+#: What ``blend`` may be: the plain policies or a robust rule (which carries its parameter).
+Blend = BlendPolicy | RobustRule
+
+
+def parse_blend(text: str) -> Blend:
+    """``weighted`` | ``median`` | ``trimmed[:β]`` | ``clipped[:τ]`` | ``krum[:f]`` (ValueError
+    naming what is wrong). ``none`` is knowledge mode's, never configured by name."""
+    if text.strip() == BlendPolicy.WEIGHTED.value:
+        return BlendPolicy.WEIGHTED
+    return parse_rule(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,13 +175,20 @@ class RoundOutcome(Generic[T]):
 
 
 def blend_step(
-    agents: Sequence[RoundAgent], *, clock: Clock, policy: AlphaPolicy, ops: BlendOps
+    agents: Sequence[RoundAgent], *, clock: Clock, policy: AlphaPolicy, ops: BlendOps,
+    blend: BlendPolicy | RobustRule = BlendPolicy.WEIGHTED,
 ) -> tuple[BlendPlan, ...]:
-    """Plan every agent's blend (α under ``policy`` at ``clock``) and have ``ops`` apply it.
+    """Plan every agent's blend (α under ``policy`` at ``clock``) and have ``ops`` apply it
+    (``ops.blend``; a robust rule: ``ops.blend_robust``).
 
     The first half of :func:`cached_dfl_round`; alone, it closes a simulation's last round."""
     plans = tuple(blend_plan(a.own, a.cache, clock, policy) for a in agents)
-    ops.blend(plans)
+    if isinstance(blend, BlendPolicy):
+        ops.blend(plans)
+    elif isinstance(ops, RobustBlendOps):
+        ops.blend_robust(plans, blend)
+    else:
+        raise TypeError(f"a {blend} blend needs RobustBlendOps (an ops.blend_robust)")
     return plans
 
 
@@ -180,7 +210,7 @@ def cached_dfl_round(
     rho: float,
     ops: RoundOps[T],
     rule: PublishRule[T] | None = None,
-    blend: BlendPolicy = BlendPolicy.WEIGHTED,
+    blend: Blend = BlendPolicy.WEIGHTED,
     local: LocalPolicy = PLAIN,
 ) -> RoundOutcome[T]:
     """One round for every agent: plan → α → blend → local update → publish decision.
@@ -195,6 +225,8 @@ def cached_dfl_round(
         plans = blend_step(agents, clock=clock, policy=policy, ops=ops)
     elif blend is BlendPolicy.NONE:
         plans = tuple(BlendPlan((a.own.origin,), (1.0,)) for a in agents)
+    elif not isinstance(blend, BlendPolicy):
+        plans = blend_step(agents, clock=clock, policy=policy, ops=ops, blend=blend)
     else:
         raise ValueError(f"unknown blend policy {blend!r}")
     anchors = tuple(anchor_for(a, p, rho) for a, p in zip(agents, plans, strict=True))

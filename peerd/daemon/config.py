@@ -25,13 +25,16 @@ from typing import Any, Literal
 
 from peerd.control.status import ConfigStatus
 from peerd.core.alpha import AlphaPolicy
+from peerd.core.blendrules import Krum, parse_rule
 
 # peerd.core.limits, not peerd.core.validate (torch): `peerd status` loads this module.
 from peerd.core.limits import ValidationLimits
+from peerd.core.updatenorm import NormAction, UpdateNormPolicy
 from peerd.daemon.config_checks import (
     BadValueError,
     Check,
     check_alpha,
+    check_blend,
     check_bool,
     check_choice,
     check_float,
@@ -94,6 +97,10 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 #: What a node exchanges: models (every node one architecture) or per-sample knowledge.
 LEARNING_MODES = ("weights", "knowledge")
 #: Built-in model names of ``[task] model`` (peerd.learn.models); or package.module:attr.
+
+
+#: The update-norm history is kept in memory, one float per norm seen: bounds its size.
+MAX_UPDATE_NORM_WINDOW = 100_000
 
 
 class ConfigError(ValueError):
@@ -192,6 +199,9 @@ class LearningConfig:
     distill_r: int = 16
     #: Knowledge mode: samples kept in the cache over all peers (besides C entries).
     sample_capacity: int = 100_000
+    #: How peer models are combined: "weighted" (Σ α_j x_j) or a robust rule, "median",
+    #: "trimmed[:β]", "clipped[:τ]", "krum[:f]" (peerd.core.blendrules; weight mode only).
+    blend: str = "weighted"
 
     @property
     def alpha_policy(self) -> AlphaPolicy:
@@ -210,6 +220,18 @@ class ValidationConfig:
     max_norm: float = 1e4
     max_examples: int = 10_000_000
     max_future_skew_s: float = 300.0
+    #: Update-norm validation (peerd.core.updatenorm): ‖entry − own model‖ against
+    #: ``update_norm_multiple`` × the median of the last ``update_norm_window`` update norms
+    #: seen (no bound before ``update_norm_min_history`` of them). "off" | "reject" | "clip".
+    update_norm: str = "off"
+    update_norm_multiple: float = 4.0
+    update_norm_window: int = 64
+    update_norm_min_history: int = 8
+
+    @property
+    def update_norm_policy(self) -> UpdateNormPolicy:
+        return UpdateNormPolicy(NormAction(self.update_norm), self.update_norm_multiple,
+                                self.update_norm_window, self.update_norm_min_history)
 
     def limits(self) -> ValidationLimits:
         return ValidationLimits(max_norm=self.max_norm, max_examples=self.max_examples,
@@ -295,11 +317,15 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "max_silence_s": check_optional(check_float(0.0, strict=True)),
         "mode": check_choice(*LEARNING_MODES), "key_dim": check_int(1, MAX_KEY_DIM),
         "distill_beta": check_float(0.0), "distill_temperature": check_float(0.0, strict=True),
-        "distill_r": check_int(1), "sample_capacity": check_int(1),
+        "distill_r": check_int(1), "sample_capacity": check_int(1), "blend": check_blend,
     }),
     "validation": (ValidationConfig, {
         "max_norm": check_float(0.0, strict=True), "max_examples": check_int(1),
         "max_future_skew_s": check_float(0.0),
+        "update_norm": check_choice("off", "reject", "clip"),
+        "update_norm_multiple": check_float(0.0, strict=True),
+        "update_norm_window": check_int(1, MAX_UPDATE_NORM_WINDOW),
+        "update_norm_min_history": check_int(1, MAX_UPDATE_NORM_WINDOW),
     }),
     "task": (TaskConfig, {
         "name": check_task_name, "partition": check_partition, "node_index": check_int(0),
@@ -368,11 +394,27 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
                               f"got {task.node_index}")
         if task.name == "csv" and task.csv_glob is None:
             raise ConfigError("[task] csv_glob: required when name = \"csv\"")
+    validation: ValidationConfig | None = parts.get("validation")
+    if validation is not None and \
+            validation.update_norm_min_history > validation.update_norm_window:
+        raise ConfigError("[validation] update_norm_min_history: must be <= update_norm_window "
+                          f"({validation.update_norm_window}), got "
+                          f"{validation.update_norm_min_history}")
+    if learning is not None and learning.blend.startswith("krum"):
+        f = parse_rule(learning.blend)
+        assert isinstance(f, Krum)
+        if learning.capacity + 1 <= 2 * f.f + 2:
+            raise ConfigError(f"[learning] blend: {learning.blend} needs more than 2f + 2 = "
+                              f"{2 * f.f + 2} models, but capacity {learning.capacity} + the own "
+                              "model can never hold that many")
     if learning is not None and learning.mode == "knowledge":
         if task is not None and task.name == "csv" and task.csv_kind == "regression":
             # Knowledge is per-sample class logits retrieved by same-label neighbours.
             raise ConfigError('[learning] mode: "knowledge" needs a classification task, '
                               'got [task] csv_kind = "regression"')
+        if learning.blend != "weighted":
+            raise ConfigError('[learning] blend: must be "weighted" in mode = "knowledge" '
+                              f"(knowledge mode averages no models), got {learning.blend!r}")
         if learning.epsilon > 0:
             raise ConfigError('[learning] epsilon: must be 0 in mode = "knowledge" (logits '
                               f"change every round and cost little), got {learning.epsilon:g}")

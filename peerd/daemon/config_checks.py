@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from peerd.core.alpha import AlphaError, AlphaPolicy
+from peerd.core.blendrules import parse_rule
 
 #: AF_UNIX socket paths are limited to 108 bytes (sun_path) on Linux, NUL included.
 MAX_SOCKET_PATH_LEN = 107
@@ -160,6 +161,17 @@ def check_alpha(v: Any) -> str:
         AlphaPolicy.parse(spec)
     except AlphaError as exc:
         raise BadValueError(f"bad alpha policy: {exc}") from None
+    return spec
+
+
+def check_blend(v: Any) -> str:
+    spec = check_str(v).strip()
+    if spec == "weighted":
+        return spec
+    try:
+        parse_rule(spec)
+    except ValueError as exc:
+        raise BadValueError(f"bad blend rule: {exc}") from None
     return spec
 
 

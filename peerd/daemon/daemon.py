@@ -39,11 +39,13 @@ from peerd.control.server import ControlServer, Operations
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import Status
 from peerd.core.entry import CacheItem, Schema
+from peerd.core.round import parse_blend
 from peerd.core.staleness import StalenessMode
 from peerd.daemon import sdnotify
 from peerd.daemon.config import Config
 from peerd.daemon.knowledge import attach
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
+from peerd.daemon.normwatch import NormWatch
 from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
 from peerd.daemon.startup import DaemonError, load_manifest, read_node_key, transport_config
 from peerd.learn.knowround import task_model
@@ -126,6 +128,7 @@ class Daemon:
         self._receive_slots = ReceiveSlots(cfg.network.max_concurrent_receives)
         #: The model equals the published entry's tensors bit for bit (see RoundInput).
         self._model_is_published = False
+        self._norms = NormWatch(cfg.validation.update_norm_policy)
         #: Knowledge mode (FedCache): the node becomes a KnowledgeState, rounds distil.
         self.knowledge = attach(self) if learning.mode == "knowledge" else None
         self._restore()
@@ -213,7 +216,9 @@ class Daemon:
                          max_silence_s=learning.silence_limit_s,
                          published=self.metrics.published_params,
                          model_is_published=self._model_is_published,
-                         keep_anchor=lambda x: spool.spill(x, self.state.blobs))
+                         keep_anchor=lambda x: spool.spill(x, self.state.blobs),
+                         blend=parse_blend(learning.blend),
+                         norm_policy=self._norms.policy, norm_history=self._norms.history)
         self._model_is_published = False  # the round trains the model in place
         # The core round (peerd.core.round) decides α, x̄ and whether to publish; the daemon
         # only carries the decision out (sign, persist, announce).
@@ -232,6 +237,7 @@ class Daemon:
                 node.release()  # the round and the drifts read every entry; let them go
 
         m.drift = await trio.to_thread.run_sync(drifts)
+        self._norms.record(out, node, self.state, learning.blend)
         node.round += 1
         if out.publish:
             if learning.epsilon > 0 and out.moved <= learning.epsilon:

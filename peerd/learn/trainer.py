@@ -1,6 +1,8 @@
 """The daemon's round: one ``nn.Module`` through :func:`peerd.core.round.cached_dfl_round`.
 
-Owns the daemon's heavy steps of a round (the blend in place, the local update in place, x̄
+Owns the daemon's heavy steps of a round (the blend in place, weighted or a robust rule of
+:mod:`peerd.core.robust`, after update-norm validation (:mod:`peerd.core.updatenorm`) when
+configured; the local update in place, x̄
 taken from the published entry or kept by the caller's ``keep_anchor``, the drift since
 that entry) and evaluation.
 The order and the decisions (plan, α, anchor, publish or not) are the core round's.
@@ -22,12 +24,32 @@ from torch import nn
 
 from peerd.core.alpha import AlphaPolicy
 from peerd.core.blend import blend_into
+from peerd.core.blendrules import RobustError, RobustRule
 from peerd.core.drift import drift
 from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
 from peerd.core.local_update import LocalResult, LossName, local_update
 from peerd.core.plan import BlendPlan
-from peerd.core.round import Anchor, PublishRule, RoundAgent, cached_dfl_round
+from peerd.core.robust import own_distances, robust_blend_into
+from peerd.core.round import (
+    Anchor,
+    Blend,
+    BlendPolicy,
+    PublishRule,
+    RoundAgent,
+    cached_dfl_round,
+)
 from peerd.core.staleness import Clock
+from peerd.core.updatenorm import (
+    NO_HISTORY,
+    NORM_OFF,
+    NormAction,
+    NormHistory,
+    UpdateNormPolicy,
+    Verdict,
+    gate,
+    gated_alpha,
+    scaled_weights,
+)
 from peerd.learn.tasks import Task, TaskData
 
 
@@ -63,6 +85,11 @@ class RoundInput:
     #: ``peerd.store.spool.spill``, a file-backed copy that is not a second resident model).
     #: None: local_update clones x̄ in memory.
     keep_anchor: Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]] | None = None
+    #: The blend rule (``[learning] blend``): weighted, or a robust rule of peerd.core.robust.
+    blend: Blend = BlendPolicy.WEIGHTED
+    #: Update-norm validation (``[validation] update_norm_*``) and the norms seen so far.
+    norm_policy: UpdateNormPolicy = NORM_OFF
+    norm_history: NormHistory = NO_HISTORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +104,12 @@ class RoundOutput:
     val_accuracy: float | None  # None for regression
     moved: float  # drift since the last published entry (inf: none yet)
     publish: bool  # the core round's decision: sign and send this model
+    #: Why the configured robust blend blended nothing this round (Krum, too few models).
+    blend_refused: str | None = None
+    #: ‖x_j − x_own‖ of every peer blended this round (update-norm validation on), by origin,
+    #: and the verdicts that were not "accepted" (rejected: left out; clipped: scaled).
+    update_norms: dict[str, float] | None = None
+    norm_verdicts: dict[str, Verdict] | None = None
 
 
 #: Rows per forward pass when evaluating, unless the caller passes its training batch size
@@ -135,7 +168,7 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
 
     outcome = cached_dfl_round(
         [RoundAgent(own_meta, inp.cache, published=inp.model_is_published)],
-        clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops,
+        clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops, blend=inp.blend,
         rule=PublishRule(inp.epsilon, moved, silent_for=(inp.silent_for_s,),
                          max_silence=inp.max_silence_s))
     (plan,), trained = outcome.plans, outcome.trained
@@ -146,7 +179,8 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
         params=trained.params,
         alpha=plan.as_dict(), examples=n, train_loss=trained.result.mean_loss,
         val_loss=val_loss, val_accuracy=acc,
-        moved=outcome.drift[0], publish=outcome.publish[0],
+        moved=outcome.drift[0], publish=outcome.publish[0], blend_refused=ops.refused,
+        update_norms=ops.norms, norm_verdicts=ops.verdicts,
     )
 
 
@@ -158,17 +192,62 @@ class _ModelOps:
                  loss: LossName, inp: RoundInput) -> None:
         self.model, self.own_params, self.data, self.loss, self.inp = (
             model, own_params, data, loss, inp)
+        self.refused: str | None = None  # why a robust rule blended nothing this round
+        self.norms: dict[str, float] | None = None
+        self.verdicts: dict[str, Verdict] | None = None
+
+    def _members(self, plan: BlendPlan) -> tuple[list[Mapping[str, torch.Tensor]],
+                                                  list[float], list[float] | None]:
+        """The blend's models (own first), α, and per-model update scales, after update-norm
+        validation (peerd.core.updatenorm): rejected peers are left out and α renormalised;
+        clipped ones get a scale < 1."""
+        members: list[Mapping[str, torch.Tensor]] = [self.own_params,
+                                                     *(e.params for e in self.inp.peers)]
+        alpha = list(plan.alpha)
+        policy = self.inp.norm_policy
+        if policy.action is NormAction.OFF:
+            return members, alpha, None
+        dist = own_distances(members)  # one float64 pass over every block
+        verdict = gate(dist, policy, self.inp.norm_history)
+        origins = plan.origins[1:]
+        self.norms = dict(zip(origins, dist[1:], strict=True))
+        self.verdicts = {o: v for o, v in zip(origins, verdict.verdicts[1:], strict=True)
+                         if v is not Verdict.ACCEPTED}
+        alpha = gated_alpha(alpha, verdict)
+        keep = [j for j, v in enumerate(verdict.verdicts) if v is not Verdict.REJECTED]
+        scale = [verdict.scale[j] for j in keep]
+        return ([members[j] for j in keep], [alpha[j] for j in keep],
+                None if all(x == 1.0 for x in scale) else scale)
 
     def blend(self, plans: Sequence[BlendPlan]) -> None:
         (plan,) = plans
         if plan.alone:
             return
-        members: list[Mapping[str, torch.Tensor]] = [self.own_params,
-                                                     *(e.params for e in self.inp.peers)]
+        members, alpha, scale = self._members(plan)
+        if scale is not None:
+            alpha = scaled_weights(alpha, scale)  # clipping as weights: no clipped copy
         # In place, block by block: no stacked copy of the C + 1 models, no result copy.
-        blend_into(self.own_params, members, plan.alpha)
+        if len(members) > 1:
+            blend_into(self.own_params, members, alpha)
         del members
         self.inp.peers.clear()  # see RoundInput.peers
+
+    def blend_robust(self, plans: Sequence[BlendPlan], rule: RobustRule) -> None:
+        (plan,) = plans
+        if plan.alone:
+            return
+        members, alpha, scale = self._members(plan)
+        # In place and block by block like the weighted blend; Krum and clipping first read
+        # every block once for their float64 distances, then blend with the weights they chose.
+        try:
+            if len(members) > 1:
+                robust_blend_into(self.own_params, members, alpha, rule, scale=scale)
+        except RobustError as exc:
+            # Krum with fewer models than it needs (a young or thinned cache): refuse to
+            # blend this round rather than lower f; the model trains on from itself.
+            self.refused = str(exc)
+        del members
+        self.inp.peers.clear()
 
     def train(self, anchors: Sequence[Anchor]) -> _Trained:
         (kind,) = anchors

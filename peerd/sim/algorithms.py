@@ -12,12 +12,15 @@ agent holds when it blends (its "cache"):
 
 A :class:`Fleet` holds one algorithm's agents: their models as rows of an ``[A, D]`` float32
 matrix, and what each holds to blend. Its ``blend`` is one ``blend_rows`` product for all
-agents; training is the runner's (the same for every algorithm). What the fleet must not do:
+agents; training is the runner's (the same for every algorithm). A robust rule (``--blend``,
+:mod:`peerd.core.robust`) runs per agent over its rows (``blend_robust``): median and
+Krum are not one product for all agents. What the fleet must not do:
 decide α, order the round or draw random numbers (plans come from the core round).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -26,9 +29,11 @@ import torch
 
 from peerd.core.alpha import AlphaPolicy
 from peerd.core.blend import blend_rows
+from peerd.core.blendrules import RobustError, RobustRule
 from peerd.core.cache import merge
 from peerd.core.entry import CacheItem, EntryMeta
 from peerd.core.plan import BlendPlan
+from peerd.core.robust import robust_blend_rows
 from peerd.core.round import RoundAgent
 from peerd.core.staleness import Clock
 
@@ -152,6 +157,13 @@ class Fleet:
     def blend(self, plans: Sequence[BlendPlan]) -> None:
         """Nothing to blend: every plan is alone."""
 
+    def blend_robust(self, plans: Sequence[BlendPlan], rule: RobustRule) -> None:
+        """``rule`` over each agent's own row and held rows of ``matrix`` (none here)."""
+        if self.version is None:
+            return
+        self.matrix = _robust(self.matrix, self.matrix, [
+            [a, *(_payload(item) for item in self.held(a))] for a in range(self.n)], plans, rule)
+
     def publish(self, trained: torch.Tensor, t: int, contacts: Contacts) -> None:
         """Round ``t``'s trained models become version ``t``; then the round's contacts."""
         self.matrix = trained
@@ -266,6 +278,19 @@ class CachedDFL(Fleet):
             sizes.append(len(self.caches[a]))
             ages.extend(clock.staleness(item.meta) for item in self.caches[a])
         self.matrix = blend_rows(self.bank.occupied, torch.from_numpy(alpha))
+        self._after_blend(sizes, ages)
+
+    def blend_robust(self, plans: Sequence[BlendPlan], rule: RobustRule) -> None:
+        if not self.own:
+            return
+        clock = self.clock
+        rows = [[self.bank.row(_key(item)) for item in (self.own[a], *self.caches[a])]
+                for a in range(self.n)]
+        self.matrix = _robust(self.bank.occupied, self.matrix, rows, plans, rule)
+        self._after_blend([len(c) for c in self.caches],
+                          [clock.staleness(item.meta) for c in self.caches for item in c])
+
+    def _after_blend(self, sizes: list[int], ages: list[float]) -> None:
         live = {_key(item) for cache in self.caches for item in cache}
         self.bank.retain(live)
         self._stats = CacheStats(
@@ -342,6 +367,20 @@ def make_fleet(
     if algorithm == "isolated":
         return Fleet(init, num_examples, policy)
     raise ValueError(f"unknown algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+
+
+def _robust(source: torch.Tensor, own: torch.Tensor, rows: Sequence[Sequence[int]],
+            plans: Sequence[BlendPlan], rule: RobustRule) -> torch.Tensor:
+    """Agent a's model: ``rule`` over ``source[rows[a]]`` (own row first) with its plan's α;
+    an alone plan, or Krum with too few models (as in the daemon), keeps ``own[a]``."""
+    out = own.clone()
+    for a, (r, plan) in enumerate(zip(rows, plans, strict=True)):
+        if plan.alone:
+            continue
+        # Krum with too few models: the daemon's choice too, blend nothing rather than lower f.
+        with contextlib.suppress(RobustError):
+            out[a] = robust_blend_rows(source[list(r)], plan.alpha, rule)
+    return out
 
 
 def _payload(item: CacheItem) -> int:

@@ -23,9 +23,10 @@ import torch
 from torch import nn
 
 from peerd.core.alpha import AlphaPolicy
+from peerd.core.blendrules import RobustRule
 from peerd.core.entry import Schema, flatten
 from peerd.core.plan import BlendPlan
-from peerd.core.round import Anchor, blend_step, cached_dfl_round
+from peerd.core.round import Anchor, blend_step, cached_dfl_round, parse_blend
 from peerd.learn.data import DATASETS, Dataset, check_partition_spec, load_dataset, partition
 from peerd.learn.models import build_model, default_model_kind
 from peerd.sim.algorithms import ALGORITHMS, CachedDFL, Contacts, Fleet, make_fleet
@@ -46,6 +47,8 @@ class SimConfig:
     lr: float = 0.1
     rho: float = 0.0
     alpha: str = "uniform"
+    #: The daemon's ``[learning] blend``: weighted, median, trimmed[:β], clipped[:τ], krum[:f].
+    blend: str = "weighted"
     algorithms: tuple[str, ...] = ("cached-dfl", "dfl", "fedavg")
     seed: int = 0
     model: str = ""  # "" = the dataset's default (cnn / mlp / linear)
@@ -80,6 +83,7 @@ class SimConfig:
         if not self.lr > 0:
             raise ValueError("lr must be > 0")
         AlphaPolicy.parse(self.alpha)
+        parse_blend(self.blend)
         if self.dataset not in DATASETS:
             raise ValueError(
                 f"unknown dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}"
@@ -195,6 +199,11 @@ class _Ops:
         self.fleet.blend(plans)
         self.blend_s = time.perf_counter() - start
 
+    def blend_robust(self, plans: Sequence[BlendPlan], rule: RobustRule) -> None:
+        start = time.perf_counter()
+        self.fleet.blend_robust(plans, rule)
+        self.blend_s = time.perf_counter() - start
+
     def train(self, anchors: Sequence[Anchor]) -> tuple[torch.Tensor, torch.Tensor]:
         start = time.perf_counter()
         out = self.trainer(self.fleet.matrix)
@@ -264,6 +273,7 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     init = flatten(dict(model.named_parameters()), schema)
     num_examples = [len(p) for p in parts]
     policy = AlphaPolicy.parse(config.alpha)
+    rule = parse_blend(config.blend)
     fleets = {
         alg: make_fleet(
             alg,
@@ -307,10 +317,11 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
             agents = fleet.agents()
             outcome = None
             if closing:
-                blend_step(agents, clock=fleet.clock, policy=fleet.policy, ops=ops)
+                blend_step(agents, clock=fleet.clock, policy=fleet.policy, ops=ops, blend=rule)
             else:
                 outcome = cached_dfl_round(
-                    agents, clock=fleet.clock, policy=fleet.policy, rho=config.rho, ops=ops
+                    agents, clock=fleet.clock, policy=fleet.policy, rho=config.rho, ops=ops,
+                    blend=rule,
                 )
             if t > 0:
                 result.records.append(

@@ -17,7 +17,8 @@ from tests.purity import impurities, package_impurities
 CORE_DIR = Path(peerd.core.__file__).parent
 #: Modules that must stay importable without torch: the daemon's config (and `peerd status`)
 #: import them, and peerd.protocol imports reasons.
-TORCH_FREE = ("peerd.core.reasons", "peerd.core.limits", "peerd.core.alpha")
+TORCH_FREE = ("peerd.core.reasons", "peerd.core.limits", "peerd.core.alpha",
+              "peerd.core.blendrules", "peerd.core.updatenorm")
 
 
 def _loaded_after(imports: list[str], suspects: tuple[str, ...]) -> list[str]:

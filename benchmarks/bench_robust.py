@@ -1,0 +1,89 @@
+"""Robust blend rules against the weighted blend on the same stack (issue 15, item 2).
+
+Run: ``.venv/bin/python -m benchmarks.bench_robust`` (``--quick`` for a smaller run,
+``--no-write`` to print without updating docs/benchmarks.md; ``--params``/``--models`` to size).
+
+Both forms are timed: the whole-stack function (``robust_blend_rows``, the simulator's shape)
+against ``blend_rows``, and the daemon's in-place block-wise form (``robust_blend_into`` over
+separate models) against ``blend_into``. Ratios are time / the weighted blend's time, measured
+interleaved in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import torch
+
+from benchmarks._report import interleaved, machine, write_section
+from peerd.core.blend import blend_into, blend_rows
+from peerd.core.robust import (
+    Clipped,
+    Krum,
+    Median,
+    RobustRule,
+    Trimmed,
+    robust_blend_into,
+    robust_blend_rows,
+)
+
+RULES: dict[str, RobustRule] = {"median": Median(), "trimmed:0.1": Trimmed(0.1),
+                                "clipped:1.0": Clipped(1.0), "krum:1": Krum(1)}
+
+
+def bench(params: int, models: int, repeat: int) -> dict[str, tuple[float, float]]:
+    g = torch.Generator().manual_seed(0)
+    stack = torch.randn(models, params, generator=g)
+    alpha = [1.0 / models] * models
+    separate = [{"w": stack[i].clone()} for i in range(models)]
+    dest = {"w": torch.empty(params)}
+    rows: dict[str, Callable[[], object]] = {"weighted": lambda: blend_rows(stack, alpha)}
+    into: dict[str, Callable[[], object]] = {"weighted": lambda: blend_into(dest, separate, alpha)}
+    for name, rule in RULES.items():
+        rows[name] = lambda r=rule: robust_blend_rows(stack, alpha, r)  # type: ignore[misc]
+        into[name] = lambda r=rule: robust_blend_into(dest, separate, alpha, r)  # type: ignore[misc]
+    t_rows = interleaved(rows, repeat)
+    t_into = interleaved(into, repeat)
+    return {k: (t_rows[k], t_into[k]) for k in rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    ap.add_argument("--params", type=int, default=None)
+    ap.add_argument("--models", type=int, default=11)
+    args = ap.parse_args()
+    params = args.params or (200_000 if args.quick else 2_000_000)
+    rep = 3 if args.quick else 7
+    t = bench(params, args.models, rep)
+    w_rows, w_into = t["weighted"]
+    lines = "\n".join(
+        f"| {name} | {r * 1e3:.1f} ms | {r / w_rows:.2f}× | {i * 1e3:.1f} ms | {i / w_into:.2f}× |"
+        for name, (r, i) in t.items())
+    flags = (" --quick" if args.quick else "") + (
+        f" --params {args.params}" if args.params else "") + (
+        f" --models {args.models}" if args.models != 11 else "")
+    md = f"""## Robust blend rules — `python -m benchmarks.bench_robust{flags}`
+
+Machine: {machine()}
+
+{args.models} models (own + C = {args.models - 1}) × {params / 1e6:.1f}M float32, median of {rep}
+interleaved repetitions. Ratio: time / the weighted blend's time in the same run.
+
+| rule | whole stack (`robust_blend_rows`) | ratio | in place, block-wise (`robust_blend_into`) | ratio |
+|---|---|---|---|---|
+{lines}
+
+Clipping and Krum are a float64 statistics pass (norms to the own model; pairwise distances)
+followed by the weighted blend with the weights they chose; the trimmed mean sorts every column
+block, the median of an odd count selects its middle value (`torch.median`).
+"""
+    print(md)
+    if not args.no_write:
+        write_section("robust", md)
+
+
+if __name__ == "__main__":
+    main()

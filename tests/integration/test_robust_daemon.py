@@ -1,0 +1,31 @@
+"""Real daemons blending with a robust rule: the daemon's block-wise path runs end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.mesh import Node, cached_origins, make_fleet, start, status, wait_for
+
+
+@pytest.mark.parametrize(("blend", "port"), [("median", 47610), ("krum:0", 47620)])
+def test_three_daemons_blend_with_a_robust_rule_and_keep_training(
+    tmp_path: Path, running: list[Node], blend: str, port: int
+) -> None:
+    nodes = make_fleet(tmp_path, 3, base_port=port, learning={"blend": blend})
+    start(nodes, running)
+    for me in nodes:
+        others = {n.id for n in nodes if n is not me}
+        wait_for(lambda me=me, others=others: others <= cached_origins(me), 120,  # type: ignore[misc]
+                 "every daemon to cache both others", nodes)
+    # A few rounds with both peers cached: each blends three models under the rule.
+    target = {n.id: status(n)["node"]["round"] + 3 for n in nodes}
+    for n in nodes:
+        wait_for(lambda n=n: status(n)["node"]["round"] >= target[n.id], 60,  # type: ignore[misc]
+                 "three more rounds", nodes)
+    for n in nodes:
+        s = status(n)
+        assert s["node"]["val_accuracy"] is not None
+        assert "round failed" not in n.logs()
+        assert "blended nothing" not in n.logs()
