@@ -144,6 +144,8 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
         print(json.dumps(summary))
         return
     accs = [n["val_accuracy"] for n in summary["nodes"] if n["val_accuracy"] is not None]
+    if not console.is_terminal:
+        console.line()  # rich ends its last live frame without a newline when not on a terminal
     if accs:
         console.print(f"stopped all daemons. mean validation accuracy "
                       f"[bold]{statistics.fmean(accs):.3f}[/bold] over {len(accs)} nodes")

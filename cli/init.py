@@ -106,6 +106,10 @@ state_dir = {_toml_str(state_dir)}
 # distill_r = 16               # knowledge: neighbours averaged per sample
 # sample_capacity = 100000     # knowledge: samples kept in the cache over all peers
 # blend = "weighted"           # weighted | median | trimmed[:0.1] | clipped[:1.0] | krum[:1]
+# local_policy = "plain"       # plain | fedbss (warm-up, then an easy-to-hard curriculum)
+# fedbss_warmup_rounds = 20    # plain rounds before the curriculum (see docs/operations.md)
+# fedbss_epochs = 10           # E: local epochs of one curriculum round
+# fedbss_regrow = 0.2          # warm up again when local data grew by this fraction
 
 [validation]
 # max_norm = 1e4               # reject entries whose parameter L2 norm is larger

@@ -37,6 +37,10 @@ def sim(
                                    "median, trimmed[:β=0.1], clipped[:τ=1.0], krum[:f=1].")] = (
         "weighted"
     ),
+    local_policy: Annotated[str, Opt(help="Local policy (the daemon's [learning] local_policy): "
+                                          "plain or fedbss.")] = "plain",
+    fedbss_warmup_rounds: Annotated[int, Opt(help="fedbss: plain rounds first.")] = 20,
+    fedbss_epochs: Annotated[int, Opt(help="fedbss: local epochs E per round.")] = 10,
     algorithms: Annotated[str, Opt(help="Comma list of cached-dfl, dfl, fedavg, isolated; "
                                         "or fedcache[,isolated,cached-dfl] (knowledge runs).")] = (
         "cached-dfl,dfl,fedavg"
@@ -83,6 +87,10 @@ def sim(
             Console(stderr=True).print("[red]error:[/red] --blend applies to weight runs; "
                                        "fedcache averages no models")
             raise typer.Exit(2)
+        if local_policy != "plain":
+            Console(stderr=True).print("[red]error:[/red] --local-policy applies to weight "
+                                       "runs; fedcache trains by distillation")
+            raise typer.Exit(2)
 
         knowledge_cli(dataset=dataset, partition=partition, agents=agents, rounds=rounds,
                       algorithms=names, models=fedcache_models, lr=lr, batch_size=batch_size,
@@ -103,6 +111,9 @@ def sim(
         rho=rho,
         alpha=alpha,
         blend=blend,
+        local_policy=local_policy,
+        fedbss_warmup_rounds=fedbss_warmup_rounds,
+        fedbss_epochs=fedbss_epochs,
         algorithms=tuple(a.strip() for a in algorithms.split(",") if a.strip()),
         seed=seed,
         model=model,

@@ -27,7 +27,9 @@ def flat_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
     total = 0.0
     for start in range(0, fa.numel(), DRIFT_CHUNK):
-        d = fa[start : start + DRIFT_CHUNK].double()
+        # copy=True: .double() of a float64 slice is that slice itself, and sub_ would
+        # then overwrite the caller's tensor.
+        d = fa[start : start + DRIFT_CHUNK].to(torch.float64, copy=True)
         d.sub_(fb[start : start + DRIFT_CHUNK])  # in place: one float64 temporary, not three
         total += float(torch.dot(d, d))
     return math.sqrt(total)

@@ -35,7 +35,10 @@ daemon: one). What the round decides, per agent:
   Multi-Krum): the same plan and α, applied by ``ops.blend_robust`` (the ops must be
   :class:`RobustBlendOps`); :func:`parse_blend` reads the configured name.
 
-Later policies (FedBSS or cordial local steps) are new values here, not new round functions.
+* local :class:`peerd.core.fedbss.FedBSS` (weight mode): a curriculum over the local data,
+  ``ops.curriculum`` (the ops must be :class:`CurriculumOps`).
+
+Later policies (cordial local steps) are new values here, not new round functions.
 
 What it must not do: touch a model, a file, a socket or a clock, or draw random numbers. Time
 comes in as ``clock``, randomness inside the ops (each training carries its generator).
@@ -59,6 +62,7 @@ from peerd.core.blendrules import RobustRule, parse_rule
 from peerd.core.distill import Distillation
 from peerd.core.drift import should_publish
 from peerd.core.entry import CacheItem, EntryMeta
+from peerd.core.fedbss import FedBSS
 from peerd.core.plan import BlendPlan, blend_plan
 from peerd.core.staleness import Clock
 
@@ -117,6 +121,14 @@ class KnowledgeOps(RoundOps[T_co], Protocol[T_co]):
         its knowledge cache); returns what the caller needs afterwards, like ``train``."""
 
 
+@runtime_checkable
+class CurriculumOps(RoundOps[T_co], Protocol[T_co]):
+    def curriculum(self, anchors: Sequence[Anchor], policy: FedBSS) -> T_co:
+        """FedBSS local training for every agent (:mod:`peerd.core.fedbss`): warm-up rounds
+        through the plain path, then score, peak split and E cosine-gated epochs; the
+        per-agent warm-up state is the ops' business. Returns like ``train``."""
+
+
 class BlendPolicy(StrEnum):
     """How a round combines the models an agent holds."""
 
@@ -145,7 +157,7 @@ class Plain:
 
 PLAIN = Plain()
 #: How an agent trains after the blend.
-LocalPolicy = Plain | Distillation
+LocalPolicy = Plain | Distillation | FedBSS
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +249,10 @@ def cached_dfl_round(
         trained = ops.distill(anchors, local)
     elif isinstance(local, Plain):
         trained = ops.train(anchors)
+    elif isinstance(local, FedBSS):
+        if not isinstance(ops, CurriculumOps):
+            raise TypeError("a FedBSS round needs CurriculumOps (an ops.curriculum)")
+        trained = ops.curriculum(anchors, local)
     else:
         raise ValueError(f"unknown local policy {local!r}")
     if rule is None:

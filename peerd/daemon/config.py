@@ -101,6 +101,9 @@ LEARNING_MODES = ("weights", "knowledge")
 
 #: The update-norm history is kept in memory, one float per norm seen: bounds its size.
 MAX_UPDATE_NORM_WINDOW = 100_000
+#: FedBSS trains E passes over the local data per round: bounds a round's compute (a typo of
+#: 1e6 epochs would hold the node in one round for days).
+MAX_FEDBSS_EPOCHS = 1000
 
 
 class ConfigError(ValueError):
@@ -202,6 +205,12 @@ class LearningConfig:
     #: How peer models are combined: "weighted" (Σ α_j x_j) or a robust rule, "median",
     #: "trimmed[:β]", "clipped[:τ]", "krum[:f]" (peerd.core.blendrules; weight mode only).
     blend: str = "weighted"
+    #: How the node trains after the blend: "plain" (K proximal steps) or "fedbss" (warm-up
+    #: rounds, then a loss-sorted curriculum; peerd.core.fedbss; weight mode, classification).
+    local_policy: str = "plain"
+    fedbss_warmup_rounds: int = 20
+    fedbss_epochs: int = 10  # E: local epochs of one curriculum round
+    fedbss_regrow: float = 0.2  # warm up again once the data grew by this fraction
 
     @property
     def alpha_policy(self) -> AlphaPolicy:
@@ -318,6 +327,8 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "mode": check_choice(*LEARNING_MODES), "key_dim": check_int(1, MAX_KEY_DIM),
         "distill_beta": check_float(0.0), "distill_temperature": check_float(0.0, strict=True),
         "distill_r": check_int(1), "sample_capacity": check_int(1), "blend": check_blend,
+        "local_policy": check_choice("plain", "fedbss"), "fedbss_warmup_rounds": check_int(0),
+        "fedbss_epochs": check_int(1, MAX_FEDBSS_EPOCHS), "fedbss_regrow": check_float(0.0),
     }),
     "validation": (ValidationConfig, {
         "max_norm": check_float(0.0, strict=True), "max_examples": check_int(1),
@@ -407,6 +418,14 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
             raise ConfigError(f"[learning] blend: {learning.blend} needs more than 2f + 2 = "
                               f"{2 * f.f + 2} models, but capacity {learning.capacity} + the own "
                               "model can never hold that many")
+    if learning is not None and learning.local_policy == "fedbss":
+        if learning.mode == "knowledge":
+            raise ConfigError('[learning] local_policy: "fedbss" needs mode = "weights" '
+                              '(knowledge mode trains by distillation)')
+        if task is not None and task.name == "csv" and task.csv_kind == "regression":
+            raise ConfigError('[learning] local_policy: "fedbss" needs a classification task '
+                              '(it scores samples by their true class), got [task] csv_kind = '
+                              '"regression"')
     if learning is not None and learning.mode == "knowledge":
         if task is not None and task.name == "csv" and task.csv_kind == "regression":
             # Knowledge is per-sample class logits retrieved by same-label neighbours.

@@ -50,7 +50,7 @@ from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
 from peerd.daemon.startup import DaemonError, load_manifest, read_node_key, transport_config
 from peerd.learn.knowround import task_model
 from peerd.learn.tasks import Task, load_task
-from peerd.learn.trainer import RoundInput, RoundOutput, drift_to, run_round
+from peerd.learn.trainer import LocalTraining, RoundInput, RoundOutput, drift_to, run_round
 from peerd.net.discovery import Discovery, PeerHint, open_discovery
 from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
 from peerd.net.transport import Stream, Transport, TransportError, open_transport
@@ -129,6 +129,7 @@ class Daemon:
         #: The model equals the published entry's tensors bit for bit (see RoundInput).
         self._model_is_published = False
         self._norms = NormWatch(cfg.validation.update_norm_policy)
+        self._local = LocalTraining.of(cfg.learning)  # FedBSS warm-up state across rounds
         #: Knowledge mode (FedCache): the node becomes a KnowledgeState, rounds distil.
         self.knowledge = attach(self) if learning.mode == "knowledge" else None
         self._restore()
@@ -218,7 +219,8 @@ class Daemon:
                          model_is_published=self._model_is_published,
                          keep_anchor=lambda x: spool.spill(x, self.state.blobs),
                          blend=parse_blend(learning.blend),
-                         norm_policy=self._norms.policy, norm_history=self._norms.history)
+                         norm_policy=self._norms.policy, norm_history=self._norms.history,
+                         local=self._local)
         self._model_is_published = False  # the round trains the model in place
         # The core round (peerd.core.round) decides α, x̄ and whether to publish; the daemon
         # only carries the decision out (sign, persist, announce).

@@ -27,10 +27,12 @@ from peerd.core.blend import blend_into
 from peerd.core.blendrules import RobustError, RobustRule
 from peerd.core.drift import drift
 from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
+from peerd.core.fedbss import FedBSS
 from peerd.core.local_update import LocalResult, LossName, local_update
 from peerd.core.plan import BlendPlan
 from peerd.core.robust import own_distances, robust_blend_into
 from peerd.core.round import (
+    PLAIN,
     Anchor,
     Blend,
     BlendPolicy,
@@ -50,6 +52,7 @@ from peerd.core.updatenorm import (
     gated_alpha,
     scaled_weights,
 )
+from peerd.learn.localpolicy import LocalTraining as LocalTraining  # the daemon imports it here
 from peerd.learn.tasks import Task, TaskData
 
 
@@ -90,6 +93,9 @@ class RoundInput:
     #: Update-norm validation (``[validation] update_norm_*``) and the norms seen so far.
     norm_policy: UpdateNormPolicy = NORM_OFF
     norm_history: NormHistory = NO_HISTORY
+    #: ``[learning] local_policy = "fedbss"``: the policy and its warm-up state, updated by
+    #: the round. None: plain training.
+    local: LocalTraining | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +175,7 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     outcome = cached_dfl_round(
         [RoundAgent(own_meta, inp.cache, published=inp.model_is_published)],
         clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops, blend=inp.blend,
+        local=PLAIN if inp.local is None else inp.local.policy,
         rule=PublishRule(inp.epsilon, moved, silent_for=(inp.silent_for_s,),
                          max_silence=inp.max_silence_s))
     (plan,), trained = outcome.plans, outcome.trained
@@ -250,6 +257,14 @@ class _ModelOps:
         self.inp.peers.clear()
 
     def train(self, anchors: Sequence[Anchor]) -> _Trained:
+        return self._train(anchors, None)
+
+    def curriculum(self, anchors: Sequence[Anchor], policy: FedBSS) -> _Trained:
+        assert self.inp.local is not None
+        assert self.inp.local.policy is policy
+        return self._train(anchors, self.inp.local)
+
+    def _train(self, anchors: Sequence[Anchor], local: LocalTraining | None) -> _Trained:
         (kind,) = anchors
         inp = self.inp
         # x̄ for the proximal term. Without peers it is the model as published (no copy); with
@@ -262,9 +277,10 @@ class _ModelOps:
             anchor = inp.published
         elif kind is Anchor.BLEND and inp.keep_anchor is not None:
             anchor = inp.keep_anchor(self.own_params)
-        result = local_update(self.model, self.data.X_train, self.data.y_train, steps=inp.steps,
-                              batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=self.loss,
-                              generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)
+        step = local_update if local is None else local.train
+        result = step(self.model, self.data.X_train, self.data.y_train, steps=inp.steps,
+                      batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=self.loss,
+                      generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)
         # The trained model's own tensors (views, not copies).
         return _Trained(result, {k: v.detach() for k, v in self.model.state_dict().items()})
 

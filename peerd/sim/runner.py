@@ -25,11 +25,20 @@ from torch import nn
 from peerd.core.alpha import AlphaPolicy
 from peerd.core.blendrules import RobustRule
 from peerd.core.entry import Schema, flatten
+from peerd.core.fedbss import FedBSS, WarmupState, next_round
 from peerd.core.plan import BlendPlan
-from peerd.core.round import Anchor, blend_step, cached_dfl_round, parse_blend
+from peerd.core.round import (
+    PLAIN,
+    Anchor,
+    LocalPolicy,
+    blend_step,
+    cached_dfl_round,
+    parse_blend,
+)
 from peerd.learn.data import DATASETS, Dataset, check_partition_spec, load_dataset, partition
 from peerd.learn.models import build_model, default_model_kind
 from peerd.sim.algorithms import ALGORITHMS, CachedDFL, Contacts, Fleet, make_fleet
+from peerd.sim.fedbss import train_curriculum
 from peerd.sim.mobility import GridConfig, ManhattanMobility, contacts
 from peerd.sim.train import draw_batches, evaluate, model_schema, train_batched, train_loop
 
@@ -49,6 +58,10 @@ class SimConfig:
     alpha: str = "uniform"
     #: The daemon's ``[learning] blend``: weighted, median, trimmed[:β], clipped[:τ], krum[:f].
     blend: str = "weighted"
+    #: The daemon's ``[learning] local_policy``: plain, or fedbss (its warm-up rounds, E).
+    local_policy: str = "plain"
+    fedbss_warmup_rounds: int = 20
+    fedbss_epochs: int = 10
     algorithms: tuple[str, ...] = ("cached-dfl", "dfl", "fedavg")
     seed: int = 0
     model: str = ""  # "" = the dataset's default (cnn / mlp / linear)
@@ -84,11 +97,20 @@ class SimConfig:
             raise ValueError("lr must be > 0")
         AlphaPolicy.parse(self.alpha)
         parse_blend(self.blend)
+        self.local()
         if self.dataset not in DATASETS:
             raise ValueError(
                 f"unknown dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}"
             )
         check_partition_spec(self.partition)  # before any data is loaded
+
+    def local(self) -> LocalPolicy:
+        """The local policy (ValueError for an unknown name or bad FedBSS parameters)."""
+        if self.local_policy == "plain":
+            return PLAIN
+        if self.local_policy == "fedbss":
+            return FedBSS(warmup_rounds=self.fedbss_warmup_rounds, epochs=self.fedbss_epochs)
+        raise ValueError(f"unknown local policy {self.local_policy!r} (plain or fedbss)")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -193,6 +215,10 @@ class _Ops:
     trainer: Trainer
     blend_s: float = 0.0
     train_s: float = 0.0
+    #: FedBSS: the curriculum round's training, and every agent's warm-up state (kept by
+    #: the run across rounds; updated here).
+    curriculum_trainer: Trainer | None = None
+    warmup: list[WarmupState] = field(default_factory=list)
 
     def blend(self, plans: Sequence[BlendPlan]) -> None:
         start = time.perf_counter()
@@ -207,6 +233,20 @@ class _Ops:
     def train(self, anchors: Sequence[Anchor]) -> tuple[torch.Tensor, torch.Tensor]:
         start = time.perf_counter()
         out = self.trainer(self.fleet.matrix)
+        self.train_s = time.perf_counter() - start
+        return out
+
+    def curriculum(self, anchors: Sequence[Anchor],
+                   policy: FedBSS) -> tuple[torch.Tensor, torch.Tensor]:
+        """Warm-up rounds are the plain (batched) training itself; then the curriculum. The
+        simulator's data never grows, so every agent leaves warm-up in the same round."""
+        steps = [next_round(policy, w, n) for w, n in
+                 zip(self.warmup, self.fleet.num_examples, strict=True)]
+        self.warmup[:] = [w for _, w in steps]
+        if not any(c for c, _ in steps) or self.curriculum_trainer is None:
+            return self.train(anchors)
+        start = time.perf_counter()
+        out = self.curriculum_trainer(self.fleet.matrix)
         self.train_s = time.perf_counter() - start
         return out
 
@@ -248,6 +288,17 @@ def _trainer(config: SimConfig, model: nn.Module, schema: Schema, x: torch.Tenso
     )
 
 
+def _curriculum_trainer(config: SimConfig, local: LocalPolicy, model: nn.Module,
+                        schema: Schema, x: torch.Tensor, y: torch.Tensor,
+                        agent_idx: list[np.ndarray], t: int) -> Trainer | None:
+    """Round ``t``'s FedBSS curriculum for all agents (None: the plain policy)."""
+    if not isinstance(local, FedBSS):
+        return None
+    return lambda matrix: train_curriculum(
+        model, matrix, schema, x, y, agent_idx, policy=local, batch_size=config.batch_size,
+        lr=config.lr, rho=config.rho, seed=config.seed, round_index=t)
+
+
 def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     """Run every algorithm of ``config``; deterministic for a given config."""
     config.validate()
@@ -274,6 +325,7 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     num_examples = [len(p) for p in parts]
     policy = AlphaPolicy.parse(config.alpha)
     rule = parse_blend(config.blend)
+    local = config.local()
     fleets = {
         alg: make_fleet(
             alg,
@@ -299,6 +351,7 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     train_time = 0.0
     agent_steps = 0
     trained: dict[str, _Trained] = {}
+    warmups = {alg: [WarmupState()] * config.agents for alg in config.algorithms}
     # A core round opens with the blend of the round before it, so a round's record (the
     # models after aggregation) is written inside the next round, once they are blended; the
     # last round is closed by a blend alone.
@@ -312,8 +365,10 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
         for pairs in ticks:
             met[pairs[:, 0], pairs[:, 1]] = True
         met |= met.T
+        curriculum = _curriculum_trainer(config, local, model, schema, x_train, y_train,
+                                         agent_idx, t)
         for alg, fleet in fleets.items():
-            ops = _Ops(fleet, trainer)
+            ops = _Ops(fleet, trainer, curriculum_trainer=curriculum, warmup=warmups[alg])
             agents = fleet.agents()
             outcome = None
             if closing:
@@ -321,7 +376,7 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
             else:
                 outcome = cached_dfl_round(
                     agents, clock=fleet.clock, policy=fleet.policy, rho=config.rho, ops=ops,
-                    blend=rule,
+                    blend=rule, local=local,
                 )
             if t > 0:
                 result.records.append(
