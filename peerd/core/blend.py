@@ -28,6 +28,18 @@ ALPHA_SUM_TOLERANCE = 1e-9
 BLEND_BLOCK = 1 << 16
 
 
+def block_schema(dest: Mapping[str, torch.Tensor],
+                 models: Sequence[Mapping[str, torch.Tensor]], block: int) -> Schema:
+    """The schema every block-wise blend walks: ``dest``'s, which each model must share."""
+    if block <= 0:
+        raise ValueError("block must be positive")
+    schema = Schema.of(dest)
+    for m in models:
+        if Schema.of(m).id != schema.id:
+            raise ValueError("cannot blend models with different schemas")
+    return schema
+
+
 def _check_alpha(alpha: torch.Tensor, n: int) -> None:
     if alpha.shape[-1] != n:
         raise AlphaError(f"{alpha.shape[-1]} weights for {n} models")
@@ -101,12 +113,7 @@ def blend_into(
     """
     if not models:
         raise AlphaError("nothing to blend")
-    if block <= 0:
-        raise ValueError("block must be positive")
-    schema = Schema.of(dest)
-    for m in models:
-        if Schema.of(m).id != schema.id:
-            raise ValueError("cannot blend models with different schemas")
+    schema = block_schema(dest, models, block)
     n = len(models)
     a = torch.as_tensor(alpha, dtype=torch.float64)
     if a.dim() != 1:

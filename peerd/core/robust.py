@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-from peerd.core.blend import BLEND_BLOCK, blend_into, blend_rows
+from peerd.core.blend import BLEND_BLOCK, blend_into, blend_rows, block_schema
 from peerd.core.blendrules import (
     RULE_NAMES,
     Clipped,
@@ -186,13 +186,7 @@ def _check_models(dest: Mapping[str, torch.Tensor],
                   models: Sequence[Mapping[str, torch.Tensor]], block: int) -> Schema:
     if not models:
         raise ValueError("nothing to blend")
-    if block <= 0:
-        raise ValueError("block must be positive")
-    schema = Schema.of(dest)
-    for m in models:
-        if Schema.of(m).id != schema.id:
-            raise ValueError("cannot blend models with different schemas")
-    return schema
+    return block_schema(dest, models, block)
 
 
 def own_distances(models: Sequence[Mapping[str, torch.Tensor]], *,
