@@ -55,7 +55,7 @@ def _root(
 app.command("demo")(demo.demo)
 app.command("keygen")(keygen.keygen)
 app.add_typer(fleet.app, name="fleet")
-app.command("sim")(sim_cmd.sim)
+app.add_typer(sim_cmd.app, name="sim")
 app.command("init")(init_cmd.init)
 app.command("run")(run_cmd.run)
 app.command("status")(status_cmd.status)

@@ -2,6 +2,11 @@
 
 Thin: the options become a :class:`peerd.sim.runner.SimConfig`; the run and its output files
 are :mod:`peerd.sim`'s, imported only when the command runs.
+
+``peerd sim [OPTIONS]`` is the weight/knowledge simulator as it always was; it is a group so
+that methods whose setting has nothing in common with a mobility grid (views of the same
+sample: cordial learning, FedCVT) are subcommands with their own options,
+``peerd sim cordial ...``, instead of flags that mean nothing to the grid run.
 """
 
 from __future__ import annotations
@@ -14,8 +19,17 @@ import typer
 
 Opt = typer.Option
 
+app = typer.Typer(
+    help="Simulate N mobile agents on a Manhattan grid and compare aggregation algorithms.",
+    # The grid run is the group's own callback: `peerd sim --agents 10` keeps working.
+    invoke_without_command=True,
+    add_completion=False,
+)
 
+
+@app.callback(invoke_without_command=True)
 def sim(
+    ctx: typer.Context,
     dataset: Annotated[str, Opt(help="digits, mnist, fashion-mnist or breast_cancer.")] = "digits",
     partition: Annotated[str, Opt(help="iid, shards or dirichlet:PI.")] = "shards",
     agents: Annotated[int, Opt(help="Number of agents N.")] = 100,
@@ -71,6 +85,8 @@ def sim(
     json_output: Annotated[bool, Opt("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Simulate N mobile agents on a Manhattan grid and compare aggregation algorithms."""
+    if ctx.invoked_subcommand is not None:
+        return  # `peerd sim <method> ...`: the subcommand runs, not the grid
     # Heavy imports here so that `peerd --help` stays instant.
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
