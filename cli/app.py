@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from peerd.cli import audit as audit_cmd
 from peerd.cli import demo, fleet, keygen
 from peerd.cli import export as export_cmd
 from peerd.cli import flags as flags_cmd
@@ -60,6 +61,7 @@ app.command("init")(init_cmd.init)
 app.command("run")(run_cmd.run)
 app.command("status")(status_cmd.status)
 app.command("peers")(peers_cmd.peers)
+app.command("audit")(audit_cmd.audit)
 app.command("export")(export_cmd.export)
 app.add_typer(flags_cmd.app, name="flags")
 

@@ -86,6 +86,9 @@ state_dir = {_toml_str(state_dir)}
 # metrics_listen = "127.0.0.1:9464"   # Prometheus endpoint; off unless set
 # peer_bytes_per_s = 5000000    # per peer and direction; unset = 2 × what an honest peer needs
 # max_concurrent_receives = 1   # entries received at once (each spooled to a temp file)
+# fanout = 3                   # sessions started per gossip sweep (~3 s), oldest-synced first
+# max_inbound_sessions = 8     # sessions peers opened that run at once; more are refused
+# max_connections = 16         # open connections to peers; least recently synced closed
 
 [learning]
 # tau_max = 600.0              # staleness cutoff, seconds: older entries are dropped
@@ -110,6 +113,8 @@ state_dir = {_toml_str(state_dir)}
 # fedbss_warmup_rounds = 20    # plain rounds before the curriculum (see docs/operations.md)
 # fedbss_epochs = 10           # E: local epochs of one curriculum round
 # fedbss_regrow = 0.2          # warm up again when local data grew by this fraction
+# group = "site-1"             # this node's cache group, signed into its entries (unset: none)
+# capacity_per_group = 3       # most cache places one group may hold (unset: C freshest)
 
 [validation]
 # max_norm = 1e4               # reject entries whose parameter L2 norm is larger

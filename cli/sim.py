@@ -17,10 +17,14 @@ from typing import Annotated
 
 import typer
 
+from peerd.cli import simcordial, simfedcvt
+
 Opt = typer.Option
 
 app = typer.Typer(
-    help="Simulate N mobile agents on a Manhattan grid and compare aggregation algorithms.",
+    help="Simulate N mobile agents on a Manhattan grid and compare aggregation algorithms "
+         "(the options below); `peerd sim cordial` and `peerd sim fedcvt` simulate learning "
+         "across views of the same samples.",
     # The grid run is the group's own callback: `peerd sim --agents 10` keeps working.
     invoke_without_command=True,
     add_completion=False,
@@ -55,6 +59,15 @@ def sim(
                                           "plain or fedbss.")] = "plain",
     fedbss_warmup_rounds: Annotated[int, Opt(help="fedbss: plain rounds first.")] = 20,
     fedbss_epochs: Annotated[int, Opt(help="fedbss: local epochs E per round.")] = 10,
+    fedbss_steps: Annotated[int, Opt(help="fedbss: SGD steps per curriculum round, spread "
+                                          "over the E epochs (0 = full epochs; "
+                                          "--local-steps matches plain).")] = 0,
+    attack: Annotated[str, Opt(help="Poisoning by the attackers: none, sign-flip[:s=4], "
+                                    "gaussian[:k=1], label-flip, alie[:z], ipm[:ε=0.1].")] = (
+        "none"
+    ),
+    attackers: Annotated[float, Opt(help="Fraction of agents that attack, in [0, 1) "
+                                         "(a seeded subset).")] = 0.0,
     algorithms: Annotated[str, Opt(help="Comma list of cached-dfl, dfl, fedavg, isolated; "
                                         "or fedcache[,isolated,cached-dfl] (knowledge runs).")] = (
         "cached-dfl,dfl,fedavg"
@@ -107,6 +120,10 @@ def sim(
             Console(stderr=True).print("[red]error:[/red] --local-policy applies to weight "
                                        "runs; fedcache trains by distillation")
             raise typer.Exit(2)
+        if attack.strip() != "none" or attackers != 0:
+            Console(stderr=True).print("[red]error:[/red] --attack applies to weight runs; "
+                                       "fedcache publishes no models")
+            raise typer.Exit(2)
 
         knowledge_cli(dataset=dataset, partition=partition, agents=agents, rounds=rounds,
                       algorithms=names, models=fedcache_models, lr=lr, batch_size=batch_size,
@@ -130,6 +147,9 @@ def sim(
         local_policy=local_policy,
         fedbss_warmup_rounds=fedbss_warmup_rounds,
         fedbss_epochs=fedbss_epochs,
+        fedbss_steps=fedbss_steps,
+        attack=attack,
+        attackers=attackers,
         algorithms=tuple(a.strip() for a in algorithms.split(",") if a.strip()),
         seed=seed,
         model=model,
@@ -184,3 +204,8 @@ def sim(
             line += f"  (cache: {res['cache_avg_models']:.2f} models"
             line += f", age {age:.2f})" if age is not None else ")"
         console.print(line)
+
+
+# The view methods: subcommands with their own options (their heavy imports are inside them).
+app.command("cordial")(simcordial.cordial)
+app.command("fedcvt")(simfedcvt.fedcvt)

@@ -182,16 +182,22 @@ def status_view(status: Status) -> Group:
     cache = status.cache
     table = Table(title=f"cache ({_entries(len(cache))})")
     typed = any(e.kind != "weights" for e in cache)  # knowledge mode: a kind column
-    for col in (("kind",) if typed else ()) + ("origin", "version", "age s", "staleness",
-                "samples" if typed else "examples", "α", "drift", "from", "received",
-                "verified"):
+    groups = any(e.group is not None for e in cache)  # a group column once one is named
+    # The weight a robust rule actually gave (clipped, Krum), once it differs from α.
+    weighted = any(e.weight is not None for e in cache)
+    for col in (("kind",) if typed else ()) + (("group",) if groups else ()) + (
+                "origin", "version", "age s", "staleness",
+                "samples" if typed else "examples", "α", *(("weight",) if weighted else ()),
+                "drift", "from", "received", "verified"):
         # fold, not "…": a cut-off id or number is worse than a wrapped one
         table.add_column(col, justify="left" if col in ("origin", "from") else "right",
                          overflow="fold")
     for e in cache:
-        table.add_row(*((e.kind,) if typed else ()), _short(e.origin), _fmt(e.version),
+        table.add_row(*((e.kind,) if typed else ()), *((e.group or "-",) if groups else ()),
+                      _short(e.origin), _fmt(e.version),
                       _fmt(e.age_s, 1),
-                      _fmt(e.staleness, 1), _fmt(e.examples), _fmt(e.alpha), _fmt(e.drift, 4),
+                      _fmt(e.staleness, 1), _fmt(e.examples), _fmt(e.alpha),
+                      *((_fmt(e.weight),) if weighted else ()), _fmt(e.drift, 4),
                       _short(e.received_from), _ts(e.received_at), _fmt(e.verified))
     parts.append(table)
     peers = status.peers

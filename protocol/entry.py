@@ -4,7 +4,10 @@ The body carries everything a receiver must trust about an entry: type, fleet id
 version, created_at, schema id, num_examples, the tensor index and the payload's SHA-256
 and length; for a typed entry (:mod:`peerd.protocol.kinds`) also its ``kind`` and, for a
 knowledge entry, the payload digest of the keys entry it refers to. A weight entry carries no
-``kind`` key, so its bytes are unchanged from before kinds existed. Provenance (who relayed
+``kind`` key, so its bytes are unchanged from before kinds existed. An entry of a node with a
+``[learning] group`` also carries ``group`` (the label the cache's per-group quota counts,
+:func:`group_problem` says which labels are valid); without one the key is absent and the
+bytes are those of before groups existed. Provenance (who relayed
 it, when it arrived) is deliberately *not* signed: relays forward the origin's envelope
 untouched.
 
@@ -15,6 +18,7 @@ parts alias the caller's arrays wherever their layout allows it.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +30,13 @@ from peerd.protocol.envelope import ENTRY_DOMAIN, SignedEnvelope
 from peerd.protocol.frames import frame_parts
 from peerd.protocol.identity import as_node_id, node_id_of
 from peerd.protocol.kinds import KNOWLEDGE, TYPED_KINDS, WEIGHTS
-from peerd.protocol.limits import DIGEST_LEN, FLEET_ID_LEN, MAX_BIN_LEN
+from peerd.protocol.limits import (
+    DIGEST_LEN,
+    FLEET_ID_LEN,
+    GROUP_CHARS,
+    MAX_BIN_LEN,
+    MAX_GROUP_LEN,
+)
 from peerd.protocol.messages import Entry
 from peerd.protocol.tensors import TensorIndexItem, index_from_wire, tensor_views
 from peerd.protocol.wire import (
@@ -57,6 +67,19 @@ _KEYS = frozenset(
 #: A typed body: the weight keys plus its kind; a knowledge body also names its keys entry.
 _TYPED_KEYS = _KEYS | {"kind"}
 _KNOWLEDGE_KEYS = _TYPED_KEYS | {"keys_sha256"}
+_GROUP_RE = re.compile(f"{GROUP_CHARS}{{1,{MAX_GROUP_LEN}}}")
+
+
+def group_problem(value: object) -> str | None:
+    """Why ``value`` is no group label (None when it is one): a string of 1 to
+    MAX_GROUP_LEN characters from GROUP_CHARS (protocol/limits.py names the threats)."""
+    if type(value) is not str:
+        return f"must be a string, got {type(value).__name__}"
+    if not 1 <= len(value) <= MAX_GROUP_LEN:
+        return f"must be 1 to {MAX_GROUP_LEN} characters, got {len(value)}"
+    if _GROUP_RE.fullmatch(value) is None:
+        return "may hold only ASCII letters, digits and . _ : -"
+    return None
 
 
 def _hex32(value: str, what: str) -> bytes:
@@ -88,12 +111,16 @@ class EntryBody:
     #: Knowledge entries only: the payload SHA-256 (hex) of the origin's keys entry whose
     #: rows the ``ids`` name. None for every other kind.
     keys_digest: str | None = None
+    #: The origin's cache group (``[learning] group``); None: no ``group`` key on the wire.
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind != WEIGHTS and self.kind not in TYPED_KINDS:
             raise ValueError(f"unknown entry kind {self.kind!r}")
         if (self.kind == KNOWLEDGE) != (self.keys_digest is not None):
             raise ValueError("a knowledge entry, and only one, names its keys entry")
+        if self.group is not None and (problem := group_problem(self.group)) is not None:
+            raise ValueError(f"group {str(self.group)[:MAX_GROUP_LEN]!r} {problem}")
 
     def to_bytes(self) -> bytes:
         typed: dict[str, object] = {}
@@ -101,6 +128,8 @@ class EntryBody:
             typed["kind"] = self.kind
         if self.keys_digest is not None:
             typed["keys_sha256"] = _hex32(self.keys_digest, "keys_digest")
+        if self.group is not None:
+            typed["group"] = self.group
         return pack(
             {
                 "type": ENTRY_TYPE,
@@ -128,13 +157,19 @@ class EntryBody:
             if type(kind) is not str or kind not in TYPED_KINDS:
                 malformed(f"entry kind {str(kind)[:32]!r} is unknown")
         keys = _KEYS if kind == WEIGHTS else _KNOWLEDGE_KEYS if kind == KNOWLEDGE else _TYPED_KEYS
-        f = Fields(raw, "entry body", keys)
+        grouped = type(raw) is dict and "group" in raw
+        f = Fields(raw, "entry body", keys | {"group"} if grouped else keys)
         if f.raw("type") != ENTRY_TYPE:
             malformed("entry body has the wrong type tag")
         payload_len = f.get("payload_len", as_int)
         keys_digest = None
         if kind == KNOWLEDGE:
             keys_digest = f.get("keys_sha256", as_bytes, DIGEST_LEN).hex()
+        group = None
+        if grouped:
+            group = f.raw("group")
+            if (problem := group_problem(group)) is not None:
+                malformed(f"entry body.group {problem}")
         return cls(
             fleet_id=f.get("fleet", as_bytes, FLEET_ID_LEN),
             origin=f.get("origin", as_node_id),
@@ -147,6 +182,7 @@ class EntryBody:
             payload_len=payload_len,
             kind=kind,
             keys_digest=keys_digest,
+            group=group,
         )
 
 
@@ -181,9 +217,11 @@ def sign_entry(
     bfloat16: frozenset[str] = frozenset(),
     kind: str = WEIGHTS,
     keys_digest: str | None = None,
+    group: str | None = None,
 ) -> SignedEntry:
     """Hash the tensors in wire layout and sign the body; the tensors are not copied.
-    ``kind``/``keys_digest``: a typed entry (peerd.protocol.knowledge builds those)."""
+    ``kind``/``keys_digest``: a typed entry (peerd.protocol.knowledge builds those);
+    ``group``: the origin's cache group, signed with the rest (None: no ``group`` key)."""
     index, parts = tensor_views(tensors, bfloat16)
     digest = hashlib.sha256()
     for part in parts:
@@ -200,6 +238,7 @@ def sign_entry(
         payload_len=sum(len(p) for p in parts),
         kind=kind,
         keys_digest=keys_digest,
+        group=group,
     )
     envelope = SignedEnvelope.sign(key, ENTRY_DOMAIN, fleet_id, body.to_bytes())
     return SignedEntry(envelope, body, parts)

@@ -154,8 +154,11 @@ def sign_keys(
 def sign_knowledge(
     key: Ed25519PrivateKey, fleet_id: bytes, *, schema: KnowledgeSchema, version: int,
     created_at: float, ids: npt.NDArray[Any], logits: npt.NDArray[Any], keys_digest: str,
+    group: str | None = None,
 ) -> SignedEntry:
-    """Sign an origin's logits for the samples ``ids`` of the keys entry ``keys_digest``."""
+    """Sign an origin's logits for the samples ``ids`` of the keys entry ``keys_digest``;
+    ``group``: the origin's cache group, as for a weight entry (keys entries carry none:
+    they are held beside the knowledge entry that names them, never counted by the cache)."""
     i32 = np.ascontiguousarray(ids, dtype="<i4")
     f16 = np.ascontiguousarray(logits, dtype="<f2")
     m = len(i32)
@@ -165,7 +168,7 @@ def sign_knowledge(
     _check_knowledge({"ids": i32, "logits": f16}, schema)
     return sign_entry(key, fleet_id, version=version, created_at=created_at,
                       schema_id=schema.id, num_examples=m, tensors={"ids": i32, "logits": f16},
-                      kind=KNOWLEDGE, keys_digest=keys_digest)
+                      kind=KNOWLEDGE, keys_digest=keys_digest, group=group)
 
 
 def admit_typed(

@@ -117,3 +117,16 @@ MAX_LOGIT_ABS = 1000.0
 #: How far from 1 a key's L2 norm may be (keys are L2-normalised, then rounded to float16:
 #: ~1e-3 relative error). Threat: a zero or huge key breaks cosine similarity in the index.
 KEY_NORM_TOLERANCE = 0.01
+
+# --- cache groups (peerd.core.cache: capacity_per_group) ---------------------------------
+#: Longest group label an entry's signed body may carry (``group``; characters, all ASCII).
+#: Threat: the label is a key of the merge's per-group bookkeeping, is shown by ``peerd
+#: status`` and logged, and travels with every relayed copy of the entry; a peer's kilobyte
+#: label would bloat all of them. A label names a data distribution or an area ("site-3",
+#: "ward:east"), so 64 is ample.
+MAX_GROUP_LEN = 64
+#: The characters a group label may use (a regular expression character class): ASCII
+#: letters, digits and ``. _ : -``. Threat: control characters, newlines and terminal escapes
+#: written into the operator's log and status output; and Unicode look-alikes ("site-Ⅰ"
+#: vs "site-I") that two nodes would count as different groups.
+GROUP_CHARS = "[A-Za-z0-9._:-]"

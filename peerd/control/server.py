@@ -8,6 +8,8 @@ Protocol (API version 1): the client connects, sends one JSON object on one line
   the origins flagged for equivocation (:class:`peerd.control.status.Flags`), and
   ``{"api": 1, "method": "clear_flag", "origin": "<node id>"}`` clears one (persisted before
   the answer; error ``not_flagged`` if it was not flagged) and answers like ``flags``;
+  ``{"api": 1, "method": "audit", "since": N}`` returns the participation audit of rounds
+  >= N (``since`` optional; :mod:`peerd.control.audit`);
 * ``{"api": 1, "ok": false, "error": {"code": "...", "message": "..."}}`` for a bad request,
   an API version the server does not speak, an unknown method or a provider failure.
 
@@ -20,8 +22,8 @@ Access control is the socket file's mode: 0600 (the daemon's user only) or 0660 
 (``[node] socket_group``). The file is bound inside a private 0700 directory, chmod-ed and
 only then renamed into place, so it is never reachable with wider permissions, even briefly.
 The server runs on trio (the daemon's event loop, because py-libp2p is trio-based); the client
-is synchronous stdlib code so the CLI stays light. :func:`request` returns the raw result;
-:func:`request_status` and :func:`request_peers` decode it into the typed status.
+is synchronous stdlib code so the CLI stays light (:mod:`peerd.control.client`, whose names
+this module re-exports).
 
 This module owns the socket and the request/response envelope, not the status' shape
 (:mod:`peerd.control.status`); it must not import the daemon.
@@ -30,7 +32,6 @@ This module owns the socket and the request/response envelope, not the status' s
 from __future__ import annotations
 
 import contextlib
-import errno
 import grp
 import json
 import logging
@@ -39,32 +40,32 @@ import shutil
 import socket
 import stat
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import trio
 
+# The client half and what both ends share; re-exported: callers import them from here too.
+from peerd.control.client import API_VERSION as API_VERSION
+from peerd.control.client import CONNECT_RETRY_MAX_S as CONNECT_RETRY_MAX_S
+from peerd.control.client import CONNECT_RETRY_S as CONNECT_RETRY_S
+from peerd.control.client import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
+from peerd.control.client import MAX_RESPONSE_LEN as MAX_RESPONSE_LEN
+from peerd.control.client import ControlError as ControlError
+from peerd.control.client import decode_result as decode_result
+from peerd.control.client import request as request
+from peerd.control.client import request_clear_flag as request_clear_flag
+from peerd.control.client import request_flags as request_flags
+from peerd.control.client import request_peers as request_peers
+from peerd.control.client import request_status as request_status
 from peerd.control.connections import Connection, Connections
-from peerd.control.status import (
-    Flags,
-    PeerRow,
-    Status,
-    StatusError,
-    flags_from_json,
-    flags_to_json,
-    from_json,
-    peers_from_json,
-    peers_to_json,
-    to_json,
-)
+from peerd.control.status import Flags, Status, flags_to_json, peers_to_json, to_json
 
 log = logging.getLogger(__name__)
 
-API_VERSION = 1
-METHODS = ("status", "peers", "flags", "clear_flag")
+METHODS = ("status", "peers", "flags", "clear_flag", "audit")
 #: Largest request: a request is ~40 bytes; a local process must not make us buffer more.
 MAX_REQUEST_LEN = 4096
 #: Bytes of an oversized request read and dropped so that a client still sending it (a plain
@@ -72,9 +73,6 @@ MAX_REQUEST_LEN = 4096
 #: Unix socket with unread input resets it. Dropped as it arrives (no memory), bounded so a
 #: client streaming forever cannot keep us reading; a bigger request may see a reset.
 MAX_DRAIN_LEN = 64 * 1024**2
-#: Largest response the client reads: status with C cache entries and a few hundred peers is
-#: tens of KB; a confused server (or another program on the path) must not exhaust the CLI.
-MAX_RESPONSE_LEN = 16 * 1024**2
 #: How long a connection may take to send its request line: a genuine client sends its ~40
 #: bytes right after connecting, so a client that connects and says nothing is closed soon
 #: and cannot hold a handler (and a file descriptor) for long.
@@ -93,32 +91,14 @@ LISTEN_BACKLOG = 256
 #: Connections answered at once: a local process opening sockets in a loop gets queued here
 #: instead of making the daemon build status dicts without bound.
 MAX_CONCURRENT_CLIENTS = 8
-#: Default client timeout: the daemon answers from memory, so seconds mean it is stuck.
-DEFAULT_TIMEOUT_S = 5.0
 #: AF_UNIX sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_LEN = 107
 #: Longest origin a ``clear_flag`` request may name (a node id is 52 characters).
 MAX_ORIGIN_LEN = 64
-#: First pause before the client tries again when the backlog is full (EAGAIN); it doubles
-#: up to the cap, within the client's timeout.
-CONNECT_RETRY_S = 0.01
-CONNECT_RETRY_MAX_S = 0.2
 
 #: What the daemon hands the server: a callable returning the current status. It runs in the
 #: trio thread, so it must be quick and must not block (read in-memory state only).
 StatusProvider = Callable[[], Status]
-
-T = TypeVar("T")
-
-
-class ControlError(Exception):
-    """A control request failed; ``code`` is machine-readable, the message is for humans."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
 
 # ---------------------------------------------------------------------------- server
 
@@ -129,6 +109,8 @@ def _error(code: str, message: str) -> dict[str, Any]:
 
 #: An operator's action: clear ``origin``'s equivocation flag (durably); False if it had none.
 FlagClearer = Callable[[str], bool]
+#: The participation audit of rounds >= ``since`` (None: all kept), as its JSON object.
+AuditProvider = Callable[[int | None], dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +121,7 @@ class Operations:
 
     status: StatusProvider
     clear_flag: FlagClearer | None = None
+    audit: AuditProvider | None = None
 
     def __call__(self) -> Status:
         return self.status()
@@ -175,6 +158,8 @@ def dispatch(raw: bytes, provider: StatusProvider) -> dict[str, Any]:
     if method not in METHODS:
         return _error("unknown_method",
                       f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    if method == "audit":
+        return _audit(request, provider)
     cleared = None
     if method == "clear_flag":
         ops = provider if isinstance(provider, Operations) else Operations(provider)
@@ -194,6 +179,22 @@ def dispatch(raw: bytes, provider: StatusProvider) -> dict[str, Any]:
     except Exception as exc:
         log.exception("control: status provider failed")
         return _error("internal", f"the daemon could not build its status: {type(exc).__name__}")
+    return {"api": API_VERSION, "ok": True, "result": result}
+
+
+def _audit(request: dict[str, Any], provider: StatusProvider) -> dict[str, Any]:
+    since = request.get("since")
+    if since is not None and (type(since) is not int or since < 0):
+        return _error("bad_request", "audit's \"since\" is a round number >= 0")
+    audit = provider.audit if isinstance(provider, Operations) else None
+    if audit is None:
+        return _error("unknown_method", "this daemon keeps no participation audit")
+    try:
+        result = audit(since)
+        json.dumps(result)
+    except Exception as exc:
+        log.exception("control: audit provider failed")
+        return _error("internal", f"the daemon could not read its audit: {type(exc).__name__}")
     return {"api": API_VERSION, "ok": True, "result": result}
 
 
@@ -376,129 +377,3 @@ class ControlServer:
             if self.path.stat().st_ino == self._ino:
                 self.path.unlink()
         await self._listener.aclose()
-
-
-# ---------------------------------------------------------------------------- client
-
-
-def _is_socket(path: Path) -> bool:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _connect(sock: socket.socket, socket_path: Path, timeout: float) -> None:
-    # A socket with a timeout is non-blocking inside, and on a Unix socket whose backlog is
-    # full connect() fails at once with EAGAIN instead of waiting: the daemon is busy
-    # accepting a burst of connections, so try again (briefly) within the timeout.
-    deadline = time.monotonic() + timeout
-    pause = CONNECT_RETRY_S
-    while True:
-        try:
-            sock.connect(str(socket_path))
-            return
-        except BlockingIOError:
-            if time.monotonic() + pause >= deadline:
-                raise TimeoutError from None
-            time.sleep(pause)
-            pause = min(2 * pause, CONNECT_RETRY_MAX_S)
-
-
-def request(socket_path: Path, method: str, timeout: float = DEFAULT_TIMEOUT_S,
-            params: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Ask the daemon; the ``result`` dict, or :class:`ControlError` with a clear message.
-    ``params``: the method's arguments, sent beside ``api`` and ``method``."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        try:
-            _connect(sock, socket_path, timeout)
-        except FileNotFoundError:
-            raise ControlError("not_running",
-                               f"peerd is not running? no socket at {socket_path}") from None
-        except ConnectionRefusedError:
-            if not _is_socket(socket_path):  # a file someone put there, or a wrong path
-                raise ControlError("not_a_socket", f"{socket_path} is not a socket: not a "
-                                   "peerd control socket (check --socket / [node] socket)"
-                                   ) from None
-            raise ControlError("not_running", f"peerd is not running? {socket_path} exists but "
-                               "nobody listens (stale socket from a crash)") from None
-        except PermissionError:
-            raise ControlError("permission_denied",
-                               f"permission denied on {socket_path}: run as the daemon's user "
-                               "or root, or join the socket's group ([node] socket_group)"
-                               ) from None
-        data = bytearray()
-        ask = {**(params or {}), "api": API_VERSION, "method": method}
-        sock.sendall(json.dumps(ask).encode() + b"\n")
-        while len(data) <= MAX_RESPONSE_LEN:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    except TimeoutError:
-        raise ControlError("timeout", f"no answer from peerd at {socket_path} within "
-                                      f"{timeout:g} s; is the daemon stuck?") from None
-    except OSError as exc:
-        if isinstance(exc, ControlError):
-            raise
-        code = "not_running" if exc.errno in (errno.ECONNRESET, errno.EPIPE) else "io_error"
-        raise ControlError(code, f"talking to peerd at {socket_path}: {exc.strerror}") from None
-    finally:
-        sock.close()
-    if len(data) > MAX_RESPONSE_LEN:
-        raise ControlError("bad_response", f"response from {socket_path} is over "
-                                           f"{MAX_RESPONSE_LEN} bytes")
-    if not data:
-        raise ControlError("bad_response", f"peerd at {socket_path} closed the connection "
-                                           "without answering; see its log")
-    try:
-        response = json.loads(bytes(data))
-    except (ValueError, UnicodeDecodeError):
-        raise ControlError("bad_response", f"{socket_path} did not answer with JSON; "
-                                           "is it a peerd control socket?") from None
-    if not isinstance(response, dict) or not isinstance(response.get("ok"), bool):
-        raise ControlError("bad_response", f"malformed response from {socket_path}")
-    if not response["ok"]:
-        err = response.get("error")
-        err = err if isinstance(err, dict) else {}
-        raise ControlError(str(err.get("code", "error")), str(err.get("message", "daemon error")))
-    result = response.get("result")
-    if not isinstance(result, dict):
-        raise ControlError("bad_response", f"response from {socket_path} has no result object")
-    return result
-
-
-def decode_result(socket_path: Path, decode: Callable[[dict[str, Any]], T],
-                  result: dict[str, Any]) -> T:
-    """``decode(result)`` of a :func:`request` answer; a wrong shape is a ``bad_response``
-    :class:`ControlError` (a daemon of another release, or not a peerd socket)."""
-    try:
-        return decode(result)
-    except StatusError as exc:
-        raise ControlError("bad_response", f"the daemon at {socket_path} answered a status "
-                                           f"this CLI cannot read ({exc}); use the peerd CLI "
-                                           "of the same release") from None
-
-
-def request_status(socket_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> Status:
-    """Ask the daemon for its status, decoded; :class:`ControlError` as :func:`request`."""
-    return decode_result(socket_path, from_json, request(socket_path, "status", timeout))
-
-
-def request_peers(socket_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[PeerRow, ...]:
-    """Ask the daemon for its peers, decoded; :class:`ControlError` as :func:`request`."""
-    return decode_result(socket_path, peers_from_json, request(socket_path, "peers", timeout))
-
-
-def request_flags(socket_path: Path, timeout: float = DEFAULT_TIMEOUT_S) -> Flags:
-    """Ask the daemon for its flagged origins; :class:`ControlError` as :func:`request`."""
-    return decode_result(socket_path, flags_from_json, request(socket_path, "flags", timeout))
-
-
-def request_clear_flag(socket_path: Path, origin: str,
-                       timeout: float = DEFAULT_TIMEOUT_S) -> Flags:
-    """Clear ``origin``'s flag (``not_flagged`` :class:`ControlError` if it had none)."""
-    return decode_result(socket_path, flags_from_json,
-                         request(socket_path, "clear_flag", timeout, {"origin": origin}))

@@ -41,6 +41,8 @@ class RoundNumbers(Protocol):
     def alpha(self) -> Mapping[str, float]: ...
     @property
     def drift(self) -> Mapping[str, float]: ...
+    @property
+    def weights(self) -> Mapping[str, float] | None: ...
 
 
 class LinkCounters(Protocol):
@@ -70,6 +72,10 @@ class TransportSnapshot:
 NO_TRANSPORT = TransportSnapshot()
 
 
+def _weight(weights: Mapping[str, float] | None, origin: str) -> float | None:
+    return None if weights is None else finite(weights.get(origin))
+
+
 def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
                  transport: TransportSnapshot, config: ConfigStatus, listen: Sequence[str],
                  now: float, membership: str = "member") -> Status:
@@ -88,6 +94,8 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
             received_at=item.received_at,
             verified=item.verified,
             kind=item.meta.kind,
+            group=item.meta.group,
+            weight=_weight(numbers.weights, item.meta.origin),
         )
         for item in node.cache
     )
@@ -122,6 +130,7 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
             val_loss=finite(numbers.val_loss),
             val_accuracy=finite(numbers.val_accuracy),
             own_alpha=finite(numbers.alpha.get(node.id)),
+            own_weight=_weight(numbers.weights, node.id),
             published_version=own.entry.meta.version if own else None,
             manifest_seq=node.manifest.seq,
             listen=tuple(listen),

@@ -69,6 +69,8 @@ class NodeStatus:
     #: "member"; or why this node is not one (not_member, revoked, expired: by its own
     #: manifest, or as a peer refused it); "unknown" while it holds no signed manifest.
     membership: str
+    #: The own model's weight in the last blend after the robust rule (see CacheRow.weight).
+    own_weight: float | None = None
 
 
 MEMBER = "member"
@@ -116,6 +118,12 @@ class CacheRow:
     verified: bool
     #: "weights", or "knowledge" (per-sample logits: ``examples`` counts its samples).
     kind: str = "weights"
+    #: The cache group its origin signed into it (``[learning] group``); None: none.
+    group: str | None = None
+    #: Its weight in the last blend after update-norm validation and the blend rule
+    #: (clipping and Krum change α; a rejected or unselected entry has 0). None: the plan α
+    #: was used as it is, or the rule has no per-entry weights (median, trimmed mean).
+    weight: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

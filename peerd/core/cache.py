@@ -8,6 +8,15 @@
    many of those as fit it together: knowledge entries are counted in samples, their
    ``num_examples``, since one may carry 10 samples and the next 10,000).
 
+With ``capacity_per_group = q`` (the Cached-DFL paper's group-based cache) step 5 is
+partitioned by the group label each origin signs into its entries (``EntryMeta.group``):
+the freshest entry of every group first, then every group's second freshest, and so on up
+to q per group (a cap: a group never holds more than q places, so a crowd of near-identical
+neighbours cannot push the other groups out); entries that name no group then fill the
+remaining places by recency. When more groups are present than places, the groups whose
+freshest entries are freshest win. ``q = None`` is the plain step 5, and so is any ``q``
+when no entry names a group. The kept entries are returned freshest first all the same.
+
 The node's own model is not a cache entry: it is always part of the blend and does not count
 against ``C`` (so ``C`` is exactly the number of *peer* models a node keeps). Entries of our own
 origin relayed back to us are dropped (``own_origin``) but their highest version is reported, so
@@ -17,7 +26,8 @@ Determinism: the result depends only on the *set* of received items, not their o
 Equally fresh entries competing for the last places are ranked by a hash of the observer's
 and the origin's ids, so different nodes keep different peers rather than all the same ones. Among
 items with the same origin and version, the held one wins, then the smallest digest (for
-equivocation), then the earliest arrival and sender id (for identical relayed copies).
+equivocation), then the smallest group label (no group first), then the earliest arrival and
+sender id (for identical relayed copies).
 The cost is O(n) grouping plus O(n log C) selection, so 10,000 received entries are cheap.
 
 It decides on metadata only: it never reads a payload, checks a signature
@@ -29,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from peerd.core.entry import CacheItem
@@ -56,9 +66,35 @@ class MergeResult:
     own_max_version: int | None  # highest version of our own origin seen relayed back
 
 
-def _preference(item: CacheItem, held_ids: set[int]) -> tuple[bool, str, float, str]:
+def _preference(
+    item: CacheItem, held_ids: set[int]
+) -> tuple[bool, str, bool, str, float, str]:
     """Sort key among same-origin, same-version items: lowest is kept."""
-    return (id(item) not in held_ids, item.meta.digest, item.received_at, item.received_from or "")
+    group = item.meta.group
+    return (id(item) not in held_ids, item.meta.digest, group is not None, group or "",
+            item.received_at, item.received_from or "")
+
+
+def _by_group(
+    winners: Sequence[CacheItem], order: Callable[[CacheItem], tuple[float, bytes, str]],
+    capacity: int, quota: int,
+) -> list[CacheItem]:
+    """Step 5 partitioned by group (module docstring): at most ``capacity`` entries, at most
+    ``quota`` per group, in the order they claim their places."""
+    groups: dict[str, list[CacheItem]] = {}
+    ungrouped: list[CacheItem] = []
+    for item in winners:
+        if item.meta.group is None:
+            ungrouped.append(item)
+        else:
+            groups.setdefault(item.meta.group, []).append(item)
+    # Rank r of every group before rank r + 1 of any: each group's freshest comes first.
+    claims = [((rank, order(item)), item)
+              for members in groups.values()
+              for rank, item in enumerate(heapq.nsmallest(min(quota, capacity), members,
+                                                          key=order))]
+    grouped = [item for _, item in heapq.nsmallest(capacity, claims, key=lambda c: c[0])]
+    return grouped + heapq.nsmallest(capacity - len(grouped), ungrouped, key=order)
 
 
 def merge(
@@ -70,10 +106,14 @@ def merge(
     capacity: int,
     own_origin: str | None = None,
     sample_budget: int | None = None,
+    capacity_per_group: int | None = None,
 ) -> MergeResult:
-    """Merge ``received`` into ``held``; returns the new cache and an account of every drop."""
+    """Merge ``received`` into ``held``; returns the new cache and an account of every drop.
+    ``capacity_per_group``: the most places one group may hold (module docstring)."""
     if capacity < 0:
         raise ValueError(f"capacity must be >= 0, got {capacity}")
+    if capacity_per_group is not None and capacity_per_group < 0:
+        raise ValueError(f"capacity_per_group must be >= 0, got {capacity_per_group}")
     dropped: Counter[Reason] = Counter()
     expired: list[CacheItem] = []
     own_max: int | None = None
@@ -123,10 +163,14 @@ def merge(
         salt = hashlib.blake2b(f"{own_origin}\0{item.meta.origin}".encode(), digest_size=8)
         return (-clock.recency(item.meta), salt.digest(), item.meta.origin)
 
-    kept = heapq.nsmallest(capacity, winners, key=order)
+    if capacity_per_group is None:
+        kept = heapq.nsmallest(capacity, winners, key=order)
+    else:
+        kept = _by_group(winners, order, capacity, capacity_per_group)
     if sample_budget is not None:
-        # Freshest first until the budget is spent; a fresher entry never loses its place to
-        # a smaller, older one (that would reward splitting knowledge into small entries).
+        # Freshest first (with groups: in the order places are claimed) until the budget is
+        # spent; a fresher entry never loses its place to a smaller, older one (that would
+        # reward splitting knowledge into small entries).
         total, fits = 0, []
         for item in kept:
             total += item.meta.num_examples
@@ -134,6 +178,8 @@ def merge(
                 break
             fits.append(item)
         kept = fits
+    if capacity_per_group is not None:
+        kept.sort(key=order)  # claimed group by group; returned freshest first
     kept_ids = {id(item) for item in kept}
     for item in winners:
         if id(item) not in kept_ids:

@@ -35,6 +35,24 @@ def flat_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     return math.sqrt(total)
 
 
+def row_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """‖a[i] − b[i]‖₂ for every row of two equally shaped ``[N, D]`` matrices: ``[N]`` float64.
+
+    :func:`flat_distance` for a batch of models (the simulator's agents), summed in float64
+    over column chunks of at most ``DRIFT_CHUNK`` elements in all."""
+    if a.dim() != 2 or a.shape != b.shape:
+        raise ValueError(f"need two equal [N, D] matrices, got {list(a.shape)} and "
+                         f"{list(b.shape)}")
+    fa, fb = a.detach(), b.detach()
+    total = torch.zeros(a.shape[0], dtype=torch.float64)
+    cols = max(1, DRIFT_CHUNK // max(1, a.shape[0]))
+    for start in range(0, a.shape[1], cols):
+        d = fa[:, start : start + cols].to(torch.float64, copy=True)  # copy: see flat_distance
+        d.sub_(fb[:, start : start + cols])
+        total += (d * d).sum(dim=1)
+    return total.sqrt()
+
+
 def drift(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
     """Distance over all floating parameters of two models with the same schema."""
     schema = Schema.of(a)

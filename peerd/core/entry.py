@@ -114,6 +114,9 @@ class EntryMeta:
     #: What the entry carries (peerd.protocol.kinds): "weights" (a model), "knowledge" (per-
     #: sample logits; num_examples is then its sample count) or "keys". Signed by the origin.
     kind: str = "weights"
+    #: The origin's cache group (its ``[learning] group``), signed with the rest; None: the
+    #: origin names none. Only :func:`peerd.core.cache.merge`'s per-group quota reads it.
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

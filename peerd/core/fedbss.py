@@ -137,6 +137,44 @@ def epoch_indices(split: Split, epoch: int, epochs: int) -> torch.Tensor:
     return split.order[:split.greens + admitted_reds(split.reds, epoch, epochs)]
 
 
+def budget_per_epoch(admitted: list[int], steps: int) -> list[int]:
+    """``steps`` SGD steps spread over the epochs in proportion to their admitted counts.
+
+    Cumulative rounding (epoch e gets round(K·C_e/C_E) − round(K·C_{e−1}/C_E), C_e the
+    admitted samples of epochs 1..e) sums to exactly K and keeps full epochs' shape: later
+    epochs, which admit more reds, get more steps."""
+    if steps < 0 or any(n < 0 for n in admitted):
+        raise ValueError("steps and admitted counts must be >= 0")
+    total = sum(admitted)
+    if total == 0:
+        return [0] * len(admitted)
+    out, done, cum = [], 0, 0
+    for n in admitted:
+        cum += n
+        upto = math.floor(steps * cum / total + 0.5)
+        out.append(upto - done)
+        done = upto
+    return out
+
+
+def budget_positions(pool: int, steps: int, batch_size: int,
+                     generator: torch.Generator) -> list[torch.Tensor]:
+    """``steps`` batches of positions into an epoch's admitted list (easy to hard).
+
+    The epoch subsampled: ``steps × b`` positions (b = min(batch_size, pool)) drawn uniformly
+    without replacement, whole passes first when the budget exceeds the pool, each pass in
+    rank order, cut into consecutive batches, so an epoch still goes easy to hard."""
+    if steps <= 0 or pool <= 0:
+        return []
+    b = min(batch_size, pool)
+    passes, rest = divmod(steps * b, pool)
+    seq = [torch.arange(pool)] * passes
+    if rest:
+        seq.append(torch.sort(torch.randperm(pool, generator=generator)[:rest]).values)
+    flat = torch.cat(seq)
+    return [flat[i * b:(i + 1) * b] for i in range(steps)]
+
+
 @dataclass(frozen=True, slots=True)
 class WarmupState:
     """One agent's warm-up progress: rounds of it done, data size when it last started."""
@@ -169,26 +207,38 @@ def curriculum_update(
     policy: FedBSS,
     generator: torch.Generator,
     anchor: Mapping[str, torch.Tensor] | None = None,
+    steps: int = 0,
 ) -> LocalResult:
     """One curriculum local training in place: score, split, E epochs easy to hard.
 
     Classification only (the scores need a true class). Each batch is one step of
     :func:`local_update` (same step rule, proximal term included); x̄ is ``anchor`` or the
-    model as passed in. Returns the steps taken and the loss over them."""
+    model as passed in. ``steps`` > 0 is a step budget: exactly that many batches per round,
+    spread over the E epochs (:func:`budget_per_epoch`) and drawn from each epoch's admitted
+    samples (:func:`budget_positions`), so that FedBSS and plain training can be compared at
+    the same number of SGD steps; 0 trains full epochs. Returns the steps taken and the loss
+    over them."""
     if X.shape[0] != y.shape[0] or X.shape[0] == 0:
         raise ValueError(f"need matching, non-empty data ({X.shape[0]} vs {y.shape[0]})")
     if batch_size <= 0:
         raise ValueError(f"batch_size must be > 0, got {batch_size}")
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
     if rho > 0 and anchor is None:
         anchor = {n: p.detach().clone() for n, p in model.named_parameters()}
     s = score_samples(model, X, y)
     split = peak_split(s.loss, s.uncertainty)
     losses: list[float] = []
     loss_name: LossName = "cross_entropy"
-    for e in range(1, policy.epochs + 1):
-        idx = epoch_indices(split, e, policy.epochs)
-        for start in range(0, idx.shape[0], batch_size):
-            b = idx[start:start + batch_size]
+    pools = [epoch_indices(split, e, policy.epochs) for e in range(1, policy.epochs + 1)]
+    budget = budget_per_epoch([int(p.shape[0]) for p in pools], steps) if steps else None
+    for e, idx in enumerate(pools):
+        if budget is None:
+            batches = [idx[i:i + batch_size] for i in range(0, idx.shape[0], batch_size)]
+        else:
+            batches = [idx[pos] for pos in
+                       budget_positions(int(idx.shape[0]), budget[e], batch_size, generator)]
+        for b in batches:
             # One step over exactly this batch: the sampler's permutation of it leaves the
             # mean loss, hence the step, unchanged.
             r = local_update(model, X[b], y[b], steps=1, batch_size=b.shape[0], lr=lr, rho=rho,

@@ -38,6 +38,7 @@ from peerd.daemon.config_checks import (
     check_bool,
     check_choice,
     check_float,
+    check_group,
     check_hex,
     check_host_port,
     check_int,
@@ -54,6 +55,7 @@ from peerd.daemon.config_checks import (
     check_task_name,
     shown,
 )
+from peerd.node.peers import DEFAULT_FANOUT, MAX_PEERS
 from peerd.protocol.limits import (
     FLEET_ID_LEN,
     MAX_DIGEST_ITEMS,
@@ -84,6 +86,12 @@ MAX_CSV_FEATURES = 100_000
 MAX_TORCH_THREADS = 1024
 #: Bound on concurrent entry receptions: each writes one model-sized temporary file.
 MAX_CONCURRENT_RECEIVES = 64
+#: ``[network] fanout`` above this is a fleet-wide session storm rather than a setting (every
+#: sweep opens this many sessions, each a handshake and a digest exchange).
+MAX_FANOUT = 64
+#: ``[network] max_inbound_sessions`` above this no longer bounds anything: each running
+#: session may hold a digest merge and an entry being received.
+MAX_INBOUND_SESSIONS = 256
 #: Bound on the cache capacity C. The cache keeps one entry per origin and a manifest lists
 #: at most MAX_MEMBERS nodes, so a larger C holds nothing more; it would only inflate the
 #: per-peer byte budget (a burst of C + 1 entries) and the disk a cache may fill.
@@ -163,6 +171,17 @@ class NetworkConfig:
     #: temporary file until verified (peerd.store.spool). Receiving is CPU-bound (Noise runs in
     #: Python under the GIL), so a second slot buys little speed.
     max_concurrent_receives: int = 1
+    #: Sessions this node starts per gossip sweep (~3 s), with the peers it synchronised with
+    #: longest ago: a node's cost per sweep stays constant as the fleet grows (see
+    #: ``peerd.node.peers.DEFAULT_FANOUT``). Peers also dial us, so it syncs more often.
+    fanout: int = DEFAULT_FANOUT
+    #: Sessions peers opened with us that run at once; more are refused (the stream closed:
+    #: the dialler backs off for seconds and syncs with someone else meanwhile).
+    max_inbound_sessions: int = 8
+    #: Connections to known peers kept open; beyond it the least recently synchronised idle
+    #: ones are closed after a session (a bounded sweep meets new peers over time, and
+    #: py-libp2p would otherwise keep a connection to every peer it ever met).
+    max_connections: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +230,12 @@ class LearningConfig:
     fedbss_warmup_rounds: int = 20
     fedbss_epochs: int = 10  # E: local epochs of one curriculum round
     fedbss_regrow: float = 0.2  # warm up again once the data grew by this fraction
+    #: This node's cache group (a data distribution, an area: "site-3"), signed into every
+    #: entry it publishes; None: its entries name none. See peerd.protocol.entry.group_problem.
+    group: str | None = None
+    #: The most cache places the entries of one group may hold (peerd.core.cache: each
+    #: group's freshest first, entries without a group fill the rest); None: the C freshest.
+    capacity_per_group: int | None = None
 
     @property
     def alpha_policy(self) -> AlphaPolicy:
@@ -312,6 +337,9 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "metrics_listen": check_optional(check_host_port),
         "peer_bytes_per_s": check_optional(check_int(1)),
         "max_concurrent_receives": check_int(1, MAX_CONCURRENT_RECEIVES),
+        "fanout": check_int(1, MAX_FANOUT),
+        "max_inbound_sessions": check_int(1, MAX_INBOUND_SESSIONS),
+        "max_connections": check_int(1, MAX_PEERS),
     }),
     "fleet": (FleetConfig, {
         "admin_public_key": check_hex(PUBLIC_KEY_LEN), "fleet_id": check_hex(FLEET_ID_LEN),
@@ -329,6 +357,8 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "distill_r": check_int(1), "sample_capacity": check_int(1), "blend": check_blend,
         "local_policy": check_choice("plain", "fedbss"), "fedbss_warmup_rounds": check_int(0),
         "fedbss_epochs": check_int(1, MAX_FEDBSS_EPOCHS), "fedbss_regrow": check_float(0.0),
+        "group": check_optional(check_group),
+        "capacity_per_group": check_optional(check_int(1, MAX_CAPACITY)),
     }),
     "validation": (ValidationConfig, {
         "max_norm": check_float(0.0, strict=True), "max_examples": check_int(1),
@@ -411,6 +441,10 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
         raise ConfigError("[validation] update_norm_min_history: must be <= update_norm_window "
                           f"({validation.update_norm_window}), got "
                           f"{validation.update_norm_min_history}")
+    if learning is not None and learning.capacity_per_group is not None \
+            and learning.capacity_per_group > learning.capacity:
+        raise ConfigError(f"[learning] capacity_per_group: must be <= capacity "
+                          f"({learning.capacity}), got {learning.capacity_per_group}")
     if learning is not None and learning.blend.startswith("krum"):
         f = parse_rule(learning.blend)
         assert isinstance(f, Krum)

@@ -17,6 +17,7 @@ from typing import Any
 
 from peerd.core.alpha import AlphaError, AlphaPolicy
 from peerd.core.blendrules import parse_rule
+from peerd.protocol.entry import group_problem
 
 #: AF_UNIX socket paths are limited to 108 bytes (sun_path) on Linux, NUL included.
 MAX_SOCKET_PATH_LEN = 107
@@ -173,6 +174,14 @@ def check_blend(v: Any) -> str:
     except ValueError as exc:
         raise BadValueError(f"bad blend rule: {exc}") from None
     return spec
+
+
+def check_group(v: Any) -> str:
+    """A cache group label, as an entry's signed body may carry it (protocol/limits.py)."""
+    problem = group_problem(v)
+    if problem is not None:
+        raise BadValueError(f"{problem}, got {shown(v)[:80]}")
+    return str(v)
 
 
 def check_task_name(v: Any) -> str:

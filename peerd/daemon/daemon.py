@@ -9,7 +9,7 @@ Task layout under one trio nursery:
   none running; inbound sessions are served by the transport's stream handler;
 * **discovery** (mDNS) and static peers feed the peer table; they are hints only — the
   Noise handshake proves a peer's id and the manifest its membership;
-* the **control server** answers ``peerd status``/``peerd peers``.
+* the **control server** answers ``peerd status``/``peerd peers``/``peerd audit``.
 
 SIGTERM/SIGINT cancel the nursery: counters and state are already on disk (every write is
 atomic), discovery sends goodbye packets, the transport closes its host, the socket goes.
@@ -21,7 +21,6 @@ budget) is :mod:`peerd.daemon.startup`'s.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import random
@@ -38,29 +37,29 @@ from peerd.control.metrics import StatusMetrics, start_metrics_server
 from peerd.control.server import ControlServer, Operations
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import Status
-from peerd.core.entry import CacheItem, Schema
-from peerd.core.round import parse_blend
+from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
 from peerd.daemon import sdnotify
 from peerd.daemon.config import Config
 from peerd.daemon.knowledge import attach
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
-from peerd.daemon.normwatch import NormWatch
 from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
+from peerd.daemon.participation import Participation
 from peerd.daemon.startup import DaemonError, load_manifest, read_node_key, transport_config
+from peerd.daemon.weights import WeightsMode
 from peerd.learn.knowround import task_model
 from peerd.learn.tasks import Task, load_task
-from peerd.learn.trainer import LocalTraining, RoundInput, RoundOutput, drift_to, run_round
 from peerd.net.discovery import Discovery, PeerHint, open_discovery
 from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
 from peerd.net.transport import Stream, Transport, TransportError, open_transport
+from peerd.node.inflight import InFlight
 from peerd.node.peers import Peer, PeerTable
 from peerd.node.state import NodeState
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.limits import PROTOCOL_VERSION
-from peerd.store import ledgerfile, persist, spool
-from peerd.store.statedir import Counters, StateDir
+from peerd.store import ledgerfile, persist
+from peerd.store.statedir import StateDir
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +79,8 @@ class Metrics:
     val_accuracy: float | None = None
     alpha: dict[str, float] = field(default_factory=dict)
     drift: dict[str, float] = field(default_factory=dict)
+    #: The last blend's weights after the robust rule (RoundOutput.weights); None: plan α.
+    weights: dict[str, float] | None = None
     published_params: Mapping[str, torch.Tensor] | None = None
 
 
@@ -104,6 +105,7 @@ class Daemon:
             key=self.key, fleet_id=cfg.fleet.fleet_id, manifest=manifest,
             schema=Schema.of(self.model.state_dict()), limits=cfg.validation.limits(),
             tau_max=learning.tau_max, capacity=learning.capacity,
+            group=learning.group, capacity_per_group=learning.capacity_per_group,
             mode=StalenessMode(learning.staleness),
             manifest_envelope=None if envelope is None else envelope.envelope,
         )
@@ -126,10 +128,15 @@ class Daemon:
         self._metrics: StatusMetrics | None = None
         # Peers take turns at the slots: one member's 8 streams queue once, not 8 times.
         self._receive_slots = ReceiveSlots(cfg.network.max_concurrent_receives)
-        #: The model equals the published entry's tensors bit for bit (see RoundInput).
-        self._model_is_published = False
-        self._norms = NormWatch(cfg.validation.update_norm_policy)
-        self._local = LocalTraining.of(cfg.learning)  # FedBSS warm-up state across rounds
+        self._inflight = InFlight()  # no entry downloaded from two peers at once
+        self._inbound_sessions = 0  # running sessions that peers opened
+        #: Inbound sessions refused because max_inbound_sessions were running.
+        self.busy_refusals = 0
+        #: Weight mode's round and what it carries between rounds (also built in knowledge
+        #: mode: _restore marks the model as published there too).
+        self.weights = WeightsMode(self)
+        #: One record per round in the state directory's round log (`peerd audit`).
+        self.participation = Participation(cfg.node.state_dir, learning.blend, clock=clock)
         #: Knowledge mode (FedCache): the node becomes a KnowledgeState, rounds distil.
         self.knowledge = attach(self) if learning.mode == "knowledge" else None
         self._restore()
@@ -150,7 +157,7 @@ class Daemon:
             version = max(version, own.entry.meta.version)
             self.model.load_state_dict({k: v.clone() for k, v in own.entry.params.items()})
             self.metrics.published_params = own.entry.params
-            self._model_is_published = True
+            self.weights.model_is_published = True
             own.release()
         if counters.lost:
             log.error("counters were corrupt; resuming after the highest version found")
@@ -193,84 +200,13 @@ class Daemon:
     async def _round(self) -> None:
         if self.knowledge is not None:
             await self.knowledge.round()
-            self._wake_gossip.set()
-            if self._metrics is not None:
-                self._metrics.update(self.status())
-            return
-        node, learning = self.node, self.cfg.learning
-        now = self.now()
-        for item in node.expire(now):
-            self.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
-        clock = node.clock(now)
-        seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
-        # The round gets metadata plus a list of entries it consumes (see RoundInput.peers):
-        # nothing here keeps a reference that would pin a superseded entry during training.
-        meta_only = tuple(CacheItem(i.meta, i.received_from, i.received_at, verified=i.verified)
-                          for i in node.cache)
-        # Peers age our entry by its created_at: past max_silence the round republishes it
-        # even below ε (core.drift.should_publish), so a quiet node never expires at peers.
-        silent_for = math.inf if node.own is None else now - node.own.entry.meta.created_at
-        inp = RoundInput(own_id=node.id, cache=meta_only, peers=node.blend_inputs(), clock=clock,
-                         policy=learning.alpha_policy, steps=learning.local_steps,
-                         batch_size=learning.batch_size, lr=learning.lr, rho=learning.rho,
-                         seed=seed, epsilon=learning.epsilon, silent_for_s=silent_for,
-                         max_silence_s=learning.silence_limit_s,
-                         published=self.metrics.published_params,
-                         model_is_published=self._model_is_published,
-                         keep_anchor=lambda x: spool.spill(x, self.state.blobs),
-                         blend=parse_blend(learning.blend),
-                         norm_policy=self._norms.policy, norm_history=self._norms.history,
-                         local=self._local)
-        self._model_is_published = False  # the round trains the model in place
-        # The core round (peerd.core.round) decides α, x̄ and whether to publish; the daemon
-        # only carries the decision out (sign, persist, announce).
-        out: RoundOutput = await trio.to_thread.run_sync(run_round, self.model, self.task, inp)
-        m = self.metrics
-        m.examples, m.train_loss, m.val_loss = out.examples, out.train_loss, out.val_loss
-        m.val_accuracy, m.alpha = out.val_accuracy, out.alpha
-        # Drifts to what the cache holds now (entries may have been replaced meanwhile), for
-        # the status; off the event loop, since each reads a whole model.
-        cached = node.blend_inputs()
-
-        def drifts() -> dict[str, float]:
-            try:
-                return drift_to(out.params, cached)
-            finally:
-                node.release()  # the round and the drifts read every entry; let them go
-
-        m.drift = await trio.to_thread.run_sync(drifts)
-        self._norms.record(out, node, self.state, learning.blend)
-        node.round += 1
-        if out.publish:
-            if learning.epsilon > 0 and out.moved <= learning.epsilon:
-                log.info("republishing: %.0f s since the last entry (drift %.3g <= epsilon)",
-                         silent_for, out.moved)
-            # Never reuse a version: skip past anything of ours a peer relayed back, and
-            # persist the counter before the entry can leave this process.
-            version = max(m.version, node.own_max_version_seen) + 1
-            self.state.save_counters(Counters(round=node.round, version=version))
-            # Signed straight into its state file (persist.publish_own): no payload copy.
-            held = await trio.to_thread.run_sync(
-                lambda: persist.publish_own(self.state, node, params=out.params,
-                                            version=version, created_at=self.now(),
-                                            num_examples=out.examples))
-            node.set_own(held.entry, held.message, held.frame)
-            # The entry's tensors: the last published model is kept once (on disk when
-            # mapped), not a second time in memory.
-            m.version, m.published_params = version, held.entry.params
-            self._model_is_published = True  # signed from the model's own tensors
-            self._wake_gossip.set()
+            published = True
         else:
-            self.state.save_counters(Counters(round=node.round, version=m.version))
-        m.round = node.round
-        acc = "-" if m.val_accuracy is None else f"{m.val_accuracy:.3f}"
-        log.info("round %d: version %d, loss %.4f, val acc %s, cache %d", node.round, m.version,
-                 m.train_loss, acc, len(node.cache))
-        release_freed_memory()
+            published = await self.weights.round()
+        if published:
+            self._wake_gossip.set()
         if self._metrics is not None:
             self._metrics.update(self.status())
-        sdnotify.status(f"round {node.round}, version {m.version}, {len(node.cache)} cached, "
-                        f"{plural(len(self.peers), 'peer', 'peers')}")
 
     async def _round_loop(self) -> None:
         interval = self.cfg.learning.round_interval_s
@@ -297,7 +233,7 @@ class Daemon:
         return SessionContext(admin_key=self.cfg.fleet.admin_public_key, now=self.now,
                               on_manifest=adopted,
                               receive_slots=self._receive_slots,
-                              spool_dir=self.state.blobs)
+                              spool_dir=self.state.blobs, inflight=self._inflight)
 
     async def _session(self, stream: Stream, peer_id: str, initiator: bool) -> None:
         # A known peer is reserved (not dialled meanwhile); one that dialled us unannounced
@@ -324,10 +260,23 @@ class Daemon:
                          short_id(peer_id))
             for reason, n in result.refused.items():
                 self.state.audit("refused", peer=peer_id, reason=reason, count=n)
+                self.participation.refused(peer_id, reason, n)
             await self._save_ledger()  # what was accepted or flagged must survive a restart
+            await self._trim_connections()
         finally:
             if known is not None:
                 PeerTable.release(known)
+
+    async def _trim_connections(self) -> None:
+        """Close the least recently synchronised idle connections beyond
+        ``[network] max_connections`` (peerd.node.peers.PeerTable.idle_connected)."""
+        t = self.transport
+        if t is None:
+            return
+        for peer_id in self.peers.idle_connected(t.connected_peers(),
+                                                 self.cfg.network.max_connections):
+            log.debug("closing the idle connection to %s (max_connections)", short_id(peer_id))
+            await t.disconnect(peer_id)
 
     def _session_outcome(self, known: Peer | None, peer_id: str, now: float,
                          refused: str | None) -> None:
@@ -375,7 +324,20 @@ class Daemon:
         self.node.reject(self._member_refusal(peer_id) or "not_member")
 
     async def _inbound(self, stream: Stream) -> None:
-        await self._session(stream, stream.peer_id, initiator=False)
+        if self._inbound_sessions >= self.cfg.network.max_inbound_sessions:
+            # Every peer of a large fleet may pick us in the same sweep; each session costs a
+            # digest merge and maybe a model-sized receive. The dialler sees a closed stream,
+            # backs off for seconds (a proven member: BACKOFF_MEMBER_MAX_S) and meanwhile
+            # syncs with others; nothing is lost, the next session carries it.
+            self.busy_refusals += 1
+            log.debug("busy: refused an inbound session from %s", short_id(stream.peer_id))
+            await stream.reset()
+            return
+        self._inbound_sessions += 1
+        try:
+            await self._session(stream, stream.peer_id, initiator=False)
+        finally:
+            self._inbound_sessions -= 1
 
     async def _dial(self, transport: Transport, peer: Peer) -> None:
         if peer.id in self._moved:
@@ -390,7 +352,8 @@ class Daemon:
 
     async def _gossip_loop(self, transport: Transport, nursery: trio.Nursery) -> None:
         while True:
-            for peer in self.peers.due(self.now()):  # reserved until _dial_and_release ends
+            # Reserved until _dial_and_release ends; at most `fanout` per sweep.
+            for peer in self.peers.due(self.now(), fanout=self.cfg.network.fanout):
                 nursery.start_soon(self._dial_and_release, transport, peer)
             with trio.move_on_after(GOSSIP_INTERVAL_S * random.uniform(0.5, 1.5)):
                 await self._wake_gossip.wait()
@@ -455,7 +418,8 @@ class Daemon:
             nursery.start_soon(self._signals, nursery.cancel_scope)
             # The socket before the host: a socket in use stops start-up before it listens.
             server = await ControlServer.open(cfg.node.control_socket,
-                                              Operations(self.status, self._clear_flag),
+                                              Operations(self.status, self._clear_flag,
+                                                         self.participation.answer),
                                               group=cfg.node.socket_group)
             nursery.start_soon(server.serve)
             async with open_transport(self.key, self._inbound, tcfg, admit=self._admits,

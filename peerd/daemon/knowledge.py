@@ -17,17 +17,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from torch import nn
 
 from peerd.core.distill import Distillation
 from peerd.daemon import sdnotify
-from peerd.daemon.config import Config
+from peerd.daemon.host import ModeHost
 from peerd.daemon.memory import release_freed_memory
 from peerd.learn.knowcache import KnowledgeBatch, KnowledgeCache
 from peerd.learn.knowround import (
@@ -37,27 +35,19 @@ from peerd.learn.knowround import (
     knowledge_schema,
     run_knowledge_round,
 )
-from peerd.learn.tasks import Task
 from peerd.node.knowstate import KnowledgeState, sign_own_keys, sign_own_knowledge
 from peerd.node.state import NodeState
 from peerd.protocol.limits import MAX_KNOWLEDGE_SAMPLES
-from peerd.store.statedir import Counters, StateDir
+from peerd.store.statedir import Counters
 
 log = logging.getLogger(__name__)
 
 
-class Daemon(Protocol):
-    """What knowledge mode uses of :class:`peerd.daemon.daemon.Daemon` (not imported: the
-    daemon imports this module)."""
+class Daemon(ModeHost, Protocol):
+    """What knowledge mode uses of :class:`peerd.daemon.daemon.Daemon` (see
+    :mod:`peerd.daemon.host`)."""
 
-    cfg: Config
-    task: Task
-    model: nn.Module
-    node: NodeState
-    metrics: Any  # peerd.daemon.daemon.Metrics
-    state: StateDir
     key: Ed25519PrivateKey
-    now: Callable[[], float]
 
 
 class KnowledgeMode:
@@ -92,6 +82,7 @@ class KnowledgeMode:
         now = d.now()
         for item in node.expire(now):
             d.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
+            d.participation.expired(item.meta.origin, item.meta.version)
         peers = [KnowledgeBatch(r.origin, r.version, r.created_at, r.keys, r.labels, r.logits)
                  for r in node.batches()]
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
@@ -106,6 +97,9 @@ class KnowledgeMode:
         node.round += 1
         await self._publish(out)
         m.round = node.round
+        d.participation.knowledge_round(
+            round_no=node.round, own_id=node.id, clock=inp.clock, published=m.version,
+            used=[(b.origin, b.version, b.created_at) for b in peers])
         acc = "-" if m.val_accuracy is None else f"{m.val_accuracy:.3f}"
         log.info("round %d: version %d, loss %.4f, val acc %s, knowledge from %d peers "
                  "(%d of %d samples taught)", node.round, m.version, m.train_loss, acc,
@@ -132,7 +126,7 @@ class KnowledgeMode:
         held = await trio.to_thread.run_sync(lambda: sign_own_knowledge(
             key, fleet, self.schema, version=version, created_at=d.now(),
             ids=np.arange(self.rows, dtype=np.int32), logits=out.logits,
-            keys_digest=keys_digest))
+            keys_digest=keys_digest, group=node.group))
         node.set_own(held.entry, held.message)
         node.own = held  # the typed holding (set_own recorded the version in the ledger)
         m.version = version  # the daemon wakes the gossip loop: a new entry to offer

@@ -116,6 +116,11 @@ class RoundOutput:
     #: and the verdicts that were not "accepted" (rejected: left out; clipped: scaled).
     update_norms: dict[str, float] | None = None
     norm_verdicts: dict[str, Verdict] | None = None
+    #: What each model of the plan counted for in the blend, by origin (own included), once
+    #: update-norm validation and the rule are applied: clipping's and Krum's weights, 0 for
+    #: a rejected or unselected model. None: the plan's α applies as is (weighted without
+    #: changes, or nothing blended), or the rule has no weights (median, trimmed mean).
+    weights: dict[str, float] | None = None
 
 
 #: Rows per forward pass when evaluating, unless the caller passes its training batch size
@@ -187,7 +192,7 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
         alpha=plan.as_dict(), examples=n, train_loss=trained.result.mean_loss,
         val_loss=val_loss, val_accuracy=acc,
         moved=outcome.drift[0], publish=outcome.publish[0], blend_refused=ops.refused,
-        update_norms=ops.norms, norm_verdicts=ops.verdicts,
+        update_norms=ops.norms, norm_verdicts=ops.verdicts, weights=ops.weights,
     )
 
 
@@ -202,6 +207,8 @@ class _ModelOps:
         self.refused: str | None = None  # why a robust rule blended nothing this round
         self.norms: dict[str, float] | None = None
         self.verdicts: dict[str, Verdict] | None = None
+        self.weights: dict[str, float] | None = None  # see RoundOutput.weights
+        self._kept: list[str] = []  # the plan's origins left after update-norm validation
 
     def _members(self, plan: BlendPlan) -> tuple[list[Mapping[str, torch.Tensor]],
                                                   list[float], list[float] | None]:
@@ -212,6 +219,7 @@ class _ModelOps:
                                                      *(e.params for e in self.inp.peers)]
         alpha = list(plan.alpha)
         policy = self.inp.norm_policy
+        self._kept = list(plan.origins)
         if policy.action is NormAction.OFF:
             return members, alpha, None
         dist = own_distances(members)  # one float64 pass over every block
@@ -222,6 +230,7 @@ class _ModelOps:
                          if v is not Verdict.ACCEPTED}
         alpha = gated_alpha(alpha, verdict)
         keep = [j for j, v in enumerate(verdict.verdicts) if v is not Verdict.REJECTED]
+        self._kept = [plan.origins[j] for j in keep]
         scale = [verdict.scale[j] for j in keep]
         return ([members[j] for j in keep], [alpha[j] for j in keep],
                 None if all(x == 1.0 for x in scale) else scale)
@@ -233,6 +242,8 @@ class _ModelOps:
         members, alpha, scale = self._members(plan)
         if scale is not None:
             alpha = scaled_weights(alpha, scale)  # clipping as weights: no clipped copy
+        if len(self._kept) < len(plan.origins) or scale is not None:
+            self._record_weights(plan, alpha)
         # In place, block by block: no stacked copy of the C + 1 models, no result copy.
         if len(members) > 1:
             blend_into(self.own_params, members, alpha)
@@ -248,13 +259,22 @@ class _ModelOps:
         # every block once for their float64 distances, then blend with the weights they chose.
         try:
             if len(members) > 1:
-                robust_blend_into(self.own_params, members, alpha, rule, scale=scale)
+                used = robust_blend_into(self.own_params, members, alpha, rule, scale=scale)
+                if used is not None:
+                    self._record_weights(plan, used)
         except RobustError as exc:
             # Krum with fewer models than it needs (a young or thinned cache): refuse to
             # blend this round rather than lower f; the model trains on from itself.
             self.refused = str(exc)
+            self.weights = {o: float(o == plan.origins[0]) for o in plan.origins}
         del members
         self.inp.peers.clear()
+
+    def _record_weights(self, plan: BlendPlan, used: Sequence[float]) -> None:
+        """The weights the kept models were blended with, by origin; 0 for the others."""
+        weights = dict.fromkeys(plan.origins, 0.0)
+        weights.update(zip(self._kept, (float(w) for w in used), strict=True))
+        self.weights = weights
 
     def train(self, anchors: Sequence[Anchor]) -> _Trained:
         return self._train(anchors, None)

@@ -49,6 +49,7 @@ from peerd.net.framing import (
     RateFloor,
     ReceiveTooSlowError,
 )
+from peerd.node.inflight import InFlight
 from peerd.node.state import Held, NodeState, digest_item
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import PeerRefusedError, ProtocolError
@@ -146,6 +147,10 @@ class SessionContext:
     #: Where received entry frames are written as they arrive (the state directory's
     #: ``blobs/``, see peerd.store.spool); None = into memory.
     spool_dir: Path | None = None
+    #: Shared by all sessions: an (origin, version) another session already asked for is
+    #: left out of our Want, so a new version offered by several peers at once crosses the
+    #: link once (peerd.node.inflight). None = every session asks for all it wants.
+    inflight: InFlight | None = None
 
 
 async def run_session(
@@ -188,6 +193,9 @@ async def run_session(
         # stream have no common base; the session's outcome is already decided.
         except Exception as send_exc:  # noqa: BLE001
             log.debug("could not tell %s why: %s", peer_id, send_exc)
+    finally:
+        if ctx.inflight is not None:  # what did not arrive may be fetched from others
+            ctx.inflight.release(id(session))
     return result
 
 
@@ -237,7 +245,12 @@ def _build(
         # A metadata-only cache merge: only entries that would survive τ_max and C are asked
         # for, freshest first. The session keeps it: the peer's announcement is checked
         # against what we sent, never a recomputed Want.
-        return node.wants(session.their_digest, ctx.now())
+        want = node.wants(session.their_digest, ctx.now())
+        if ctx.inflight is None:
+            return want
+        # Claimed until this session ends (run_session's finally); id(session) is unique
+        # while it runs.
+        return msg.Want(ctx.inflight.claim(id(session), want.items))
     if phase is Phase.ANNOUNCE:
         return msg.Digest(tuple(digest_item(h.entry.meta) for h in outgoing))
     raise AssertionError(f"the session holds the {phase.value} message itself")

@@ -232,7 +232,8 @@ def sign_own_keys(key: Ed25519PrivateKey, fleet_id: bytes, schema: KnowledgeSche
 
 def sign_own_knowledge(key: Ed25519PrivateKey, fleet_id: bytes, schema: KnowledgeSchema, *,
                        version: int, created_at: float, ids: npt.NDArray[np.int32],
-                       logits: npt.NDArray[np.float32], keys_digest: str) -> TypedHeld:
+                       logits: npt.NDArray[np.float32], keys_digest: str,
+                       group: str | None = None) -> TypedHeld:
     return sign_typed(sign_knowledge(key, fleet_id, schema=schema, version=version,
                                      created_at=created_at, ids=ids, logits=logits,
-                                     keys_digest=keys_digest))
+                                     keys_digest=keys_digest, group=group))

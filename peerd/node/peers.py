@@ -18,6 +18,7 @@ discovery or the daemon.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,13 @@ BACKOFF_MAX_S = 300.0
 #: a SYN; refused peers and never-proven ones keep the full schedule.
 BACKOFF_MEMBER_MAX_S = 5.0
 
+#: Sessions a node starts per gossip sweep unless configured (``[network] fanout``). Each
+#: node opening a session with every peer every sweep is O(N²) sessions across a fleet of N;
+#: with a bounded fanout each node's cost per sweep is constant and a new version still
+#: reaches the fleet in O(log N) sweeps, since every node that holds it passes it on
+#: (memberlist/Serf use 3; gossipsub bounds its mesh degree the same way).
+DEFAULT_FANOUT = 3
+
 #: How we learned of a peer: an mDNS record, ``[network] static_peers``, or it dialled us.
 PeerSource = Literal["mdns", "static", "inbound"]
 
@@ -75,6 +83,9 @@ class Peer:
     failures: int = 0
     #: Not dialled before this time (backoff); None: no failure since the last good session.
     retry_at: float | None = None
+    #: When its last session (ours or its own) completed; None: never. A bounded sweep
+    #: dials the peers it has synchronised with longest ago first.
+    last_session_at: float | None = None
 
 
 class PeerTable:
@@ -170,19 +181,32 @@ class PeerTable:
         self._peers.pop(peer_id, None)
 
     # -------------------------------------------------------------- sessions
-    def due(self, now: float) -> list[Peer]:
+    def due(self, now: float, fanout: int | None = None) -> list[Peer]:
         """One gossip sweep: forget peers unseen for :data:`PEER_FORGET_S` (static ones
-        stay), and reserve and return every other dialable peer without a session whose
-        backoff has run out."""
-        reserved = []
+        stay), and reserve and return the dialable peers without a session whose backoff
+        has run out — at most ``fanout`` of them (None: all).
+
+        With more candidates than ``fanout``, those never synchronised come first, then
+        those whose last session (either side's) completed longest ago; equal ones in a
+        random order. So every peer gets its turn within ``ceil(candidates / fanout)``
+        sweeps (anti-entropy reaches everyone), while a peer that just dialled us is not
+        dialled back for nothing.
+        """
+        candidates = []
         for peer in list(self._peers.values()):
             if now - peer.last_seen > PEER_FORGET_S and peer.source != "static":
                 del self._peers[peer.id]
             elif not peer.in_session and peer.addrs and (
                     peer.retry_at is None or now >= peer.retry_at):
-                peer.in_session = True  # reserved until the session ends: see release()
-                reserved.append(peer)
-        return reserved
+                candidates.append(peer)
+        if fanout is not None and len(candidates) > fanout:
+            self._rng.shuffle(candidates)  # the random order among equals (sort is stable)
+            candidates.sort(key=lambda p: -math.inf if p.last_session_at is None
+                            else p.last_session_at)
+            del candidates[max(fanout, 0):]
+        for peer in candidates:
+            peer.in_session = True  # reserved until the session ends: see release()
+        return candidates
 
     def begin_session(self, peer_id: str) -> Peer | None:
         """A session with ``peer_id`` starts (ours, or one it opened): a known peer is not
@@ -197,7 +221,7 @@ class PeerTable:
         """A session with a member ran to its end; ``error`` names what the peer sent that
         we refused. It is a sign of life: the backoff starts over."""
         peer.sessions += 1
-        peer.last_seen = now
+        peer.last_seen = peer.last_session_at = now
         peer.last_error = error
         peer.failures, peer.retry_at = 0, None
 
@@ -210,6 +234,23 @@ class PeerTable:
         peer.failures += 1
         cap = BACKOFF_MEMBER_MAX_S if peer.sessions > 0 and not refused else BACKOFF_MAX_S
         peer.retry_at = now + backoff_s(peer.failures, self._rng, cap)
+
+    def idle_connected(self, connected: Iterable[str], keep: int) -> list[str]:
+        """The known peers among ``connected`` to disconnect so that at most ``keep`` known
+        ones stay connected: the least recently synchronised first, never one in a session.
+
+        A connection costs sockets, buffers and keepalives on both ends, and py-libp2p keeps
+        every one it ever made: in a large fleet, where a bounded sweep meets different
+        peers over time, a node would end up connected to all of them. Peers we don't know
+        (strangers on probation) are the transport's admission's business, not counted here.
+        """
+        known = [p for p in (self._peers.get(pid) for pid in set(connected)) if p is not None]
+        if len(known) <= keep:
+            return []
+        idle = sorted((p for p in known if not p.in_session),
+                      key=lambda p: (-math.inf if p.last_session_at is None
+                                     else p.last_session_at, p.id))
+        return [p.id for p in idle[:len(known) - max(keep, 0)]]
 
     @staticmethod
     def release(peer: Peer) -> None:

@@ -95,6 +95,7 @@ def meta_of(body: EntryBody) -> EntryMeta:
         num_examples=body.num_examples,
         digest=body.digest,
         kind=body.kind,
+        group=body.group,
     )
 
 
@@ -181,14 +182,16 @@ def sign_params(
     version: int,
     created_at: float,
     num_examples: int,
+    group: str | None = None,
 ) -> SignedEntry:
-    """Sign ``params`` as this node's entry (thread-safe, CPU-heavy). The payload parts are
-    views of ``params``: nothing is copied until the caller writes or joins them."""
+    """Sign ``params`` as this node's entry (thread-safe, CPU-heavy), in cache group
+    ``group`` if one. The payload parts are views of ``params``: nothing is copied until the
+    caller writes or joins them."""
     arrays, bf16 = to_wire_arrays({k: v.detach() for k, v in params.items()})
     return sign_entry(
         key, fleet_id, version=version, created_at=created_at,
         schema_id=Schema.of(params).id, num_examples=num_examples, tensors=arrays,
-        bfloat16=bf16,
+        bfloat16=bf16, group=group,
     )
 
 
@@ -207,6 +210,7 @@ def sign_own(
     version: int,
     created_at: float,
     num_examples: int,
+    group: str | None = None,
 ) -> tuple[Entry, msg.Entry]:
     """Sign ``params`` as this node's entry, in memory (the daemon signs into a file:
     ``peerd.store.persist.publish_own``).
@@ -216,7 +220,7 @@ def sign_own(
     dropped (or reused) by the caller afterwards.
     """
     signed = sign_params(key, fleet_id, params=params, version=version,
-                         created_at=created_at, num_examples=num_examples)
+                         created_at=created_at, num_examples=num_examples, group=group)
     held = held_signed(signed, signed.to_message(), None)  # the one copy: the payload
     return held.entry, held.message
 
@@ -250,6 +254,12 @@ class NodeState:
     #: Capacity in samples besides C entries (knowledge mode, peerd.node.knowstate); None:
     #: entries are counted, not their samples.
     sample_budget: int | None = None
+    #: This node's cache group (``[learning] group``), signed into every entry it publishes;
+    #: None: its entries name no group.
+    group: str | None = None
+    #: The most cache places one group may hold (``[learning] capacity_per_group``,
+    #: peerd.core.cache); None: plain recency.
+    capacity_per_group: int | None = None
 
     #: The kind of entry this node blends and publishes (typed nodes override it).
     entry_kind: ClassVar[str] = "weights"
@@ -299,6 +309,11 @@ class NodeState:
         only raises :attr:`own_max_version_seen` (:meth:`accept`), so that our next publish
         is newer than anything peers hold of us; the Digest's number alone is never trusted
         (it is unsigned).
+
+        With a per-group quota, C does not cut here: a Digest item names no group (the group
+        is signed in the body, unknown until the entry arrives), so an entry that would win
+        its group's place must not be ruled out by recency alone. What a peer offers is
+        bounded by its own C + 1; :meth:`accept` applies the quota.
         """
         candidates = []
         own: msg.DigestItem | None = None
@@ -324,9 +339,11 @@ class NodeState:
             meta = EntryMeta(item.origin, item.version, item.created_at, self.schema.id, 1,
                              item.digest.hex(), item.kind)
             candidates.append(CacheItem(meta, None, now))
+        grouped = self.capacity_per_group is not None
         result = merge(self.cache, candidates, clock=self.clock(now), tau_max=self.tau_max,
-                       capacity=self.capacity, own_origin=self.id,
-                       sample_budget=self.sample_budget)
+                       capacity=len(self.cache) + len(candidates) if grouped else self.capacity,
+                       own_origin=self.id,
+                       sample_budget=None if grouped else self.sample_budget)
         # Our own first: it decides whether our next publish reaches anyone at all.
         mine = () if own is None else ((own.origin, own.version),)
         return msg.Want(mine + tuple((i.meta.origin, i.meta.version) for i in result.accepted))
@@ -386,7 +403,8 @@ class NodeState:
         item = CacheItem(meta, sender, now, payload=verified)
         result = merge(self.cache, [item], clock=self.clock(now), tau_max=self.tau_max,
                        capacity=self.capacity, own_origin=self.id,
-                       sample_budget=self.sample_budget)
+                       sample_budget=self.sample_budget,
+                       capacity_per_group=self.capacity_per_group)
         self.cache = list(result.cache)
         for reason, n in result.dropped.items():
             for _ in range(n):
@@ -405,7 +423,8 @@ class NodeState:
         """Drop entries that aged past τ_max (called every round and before blending)."""
         result = merge(self.cache, [], clock=self.clock(now), tau_max=self.tau_max,
                        capacity=self.capacity, own_origin=self.id,
-                       sample_budget=self.sample_budget)
+                       sample_budget=self.sample_budget,
+                       capacity_per_group=self.capacity_per_group)
         self.cache = list(result.cache)
         for _ in result.expired:
             self.reject(Reason.STALE)

@@ -37,8 +37,11 @@ def train_curriculum(
     rho: float,
     seed: int,
     round_index: int,
+    steps: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A curriculum round for every agent: new ``[A, P]`` parameters and mean losses ``[A]``."""
+    """A curriculum round for every agent: new ``[A, P]`` parameters and mean losses ``[A]``.
+
+    ``steps`` > 0: that many SGD steps per agent (the core's step budget); 0: full epochs."""
     new = torch.empty_like(matrix)
     losses = torch.empty(matrix.shape[0])
     for a, idx in enumerate(agent_indices):
@@ -46,7 +49,8 @@ def train_curriculum(
             load_row(model, matrix[a], schema)
         sel = torch.from_numpy(idx)
         result = curriculum_update(model, x[sel], y[sel], batch_size=batch_size, lr=lr, rho=rho,
-                                   policy=policy, generator=agent_generator(seed, round_index, a))
+                                   policy=policy, generator=agent_generator(seed, round_index, a),
+                                   steps=steps)
         new[a] = torch.cat([p.detach().reshape(-1) for _, p in ordered_params(model, schema)])
         losses[a] = result.mean_loss
     return new, losses

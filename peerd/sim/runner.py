@@ -24,6 +24,7 @@ from torch import nn
 
 from peerd.core.alpha import AlphaPolicy
 from peerd.core.blendrules import RobustRule
+from peerd.core.drift import row_distances
 from peerd.core.entry import Schema, flatten
 from peerd.core.fedbss import FedBSS, WarmupState, next_round
 from peerd.core.plan import BlendPlan
@@ -38,6 +39,7 @@ from peerd.core.round import (
 from peerd.learn.data import DATASETS, Dataset, check_partition_spec, load_dataset, partition
 from peerd.learn.models import build_model, default_model_kind
 from peerd.sim.algorithms import ALGORITHMS, CachedDFL, Contacts, Fleet, make_fleet
+from peerd.sim.attacks import Threat, flipped_labels, threat_of
 from peerd.sim.fedbss import train_curriculum
 from peerd.sim.mobility import GridConfig, ManhattanMobility, contacts
 from peerd.sim.train import draw_batches, evaluate, model_schema, train_batched, train_loop
@@ -62,6 +64,13 @@ class SimConfig:
     local_policy: str = "plain"
     fedbss_warmup_rounds: int = 20
     fedbss_epochs: int = 10
+    #: FedBSS step budget: 0 = E full epochs over the admitted samples; K > 0 = K SGD steps
+    #: per curriculum round spread over the E epochs (K = local_steps matches plain's budget).
+    fedbss_steps: int = 0
+    #: Poisoning (:mod:`peerd.sim.attacks`): none, sign-flip[:s], gaussian[:k], label-flip,
+    #: alie[:z], ipm[:ε]; and the fraction of agents that attack, in [0, 1).
+    attack: str = "none"
+    attackers: float = 0.0
     algorithms: tuple[str, ...] = ("cached-dfl", "dfl", "fedavg")
     seed: int = 0
     model: str = ""  # "" = the dataset's default (cnn / mlp / linear)
@@ -95,8 +104,11 @@ class SimConfig:
             raise ValueError("capacity, tau-max, rho and eval-samples must be >= 0")
         if not self.lr > 0:
             raise ValueError("lr must be > 0")
+        if self.fedbss_steps < 0:
+            raise ValueError("fedbss-steps must be >= 0")
         AlphaPolicy.parse(self.alpha)
         parse_blend(self.blend)
+        self.threat()
         self.local()
         if self.dataset not in DATASETS:
             raise ValueError(
@@ -112,9 +124,14 @@ class SimConfig:
             return FedBSS(warmup_rounds=self.fedbss_warmup_rounds, epochs=self.fedbss_epochs)
         raise ValueError(f"unknown local policy {self.local_policy!r} (plain or fedbss)")
 
+    def threat(self) -> Threat:
+        """The run's attack and its seeded attackers (ValueError: bad name or fraction)."""
+        return threat_of(self.attack, self.attackers, self.agents, self.seed)
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["algorithms"] = list(self.algorithms)
+        d["attacker_count"] = len(self.threat().attackers)
         return d
 
 
@@ -127,6 +144,9 @@ class RoundRecord:
     accuracy_min: float
     accuracy_max: float
     train_loss: float
+    #: Mean over (honest) agents of ‖trained − x̄‖₂, x̄ the blend the round trained from
+    #: (lecture §16.1's local drift; float64, :func:`peerd.core.drift.row_distances`).
+    drift_mean: float
     cache_avg_models: float
     cache_avg_age: float
     contacts: int  # distinct pairs that met this round
@@ -148,6 +168,7 @@ class SimResult:
             final = evaluated[-1] if evaluated else None
             cache = [r for r in rows if not math.isnan(r.cache_avg_models)]
             ages = [r.cache_avg_age for r in cache if not math.isnan(r.cache_avg_age)]
+            drifts = [r.drift_mean for r in rows]
             results[alg] = {
                 "final_accuracy_mean": final.accuracy_mean if final else None,
                 "final_accuracy_std": final.accuracy_std if final else None,
@@ -156,6 +177,8 @@ class SimResult:
                 if cache
                 else None,
                 "cache_avg_age": float(np.mean(ages)) if ages else None,
+                "drift_mean": float(np.mean(drifts)) if drifts else None,
+                "drift_curve": [[r.round, r.drift_mean] for r in rows],
             }
         return {"config": self.config.to_json(), "results": results}
 
@@ -256,6 +279,7 @@ class _Trained:
     """A round trained and published whose record waits for its blend (the next round's)."""
 
     train_loss: float
+    drift_mean: float
     contacts: int
     seconds: float
 
@@ -296,7 +320,8 @@ def _curriculum_trainer(config: SimConfig, local: LocalPolicy, model: nn.Module,
         return None
     return lambda matrix: train_curriculum(
         model, matrix, schema, x, y, agent_idx, policy=local, batch_size=config.batch_size,
-        lr=config.lr, rho=config.rho, seed=config.seed, round_index=t)
+        lr=config.lr, rho=config.rho, seed=config.seed, round_index=t,
+        steps=config.fedbss_steps)
 
 
 def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
@@ -326,6 +351,9 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     policy = AlphaPolicy.parse(config.alpha)
     rule = parse_blend(config.blend)
     local = config.local()
+    threat = config.threat()
+    if threat.active and threat.attack.kind == "label-flip":
+        y_train = flipped_labels(y_train, agent_idx, threat.attackers, data.num_classes)
     fleets = {
         alg: make_fleet(
             alg,
@@ -389,9 +417,12 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
                 continue
             start = time.perf_counter()
             models, loss = outcome.trained
+            # Local drift, before any poisoning: fleet.matrix is still the x̄ trained from.
+            drift = threat.honest_rows(row_distances(models, fleet.matrix).unsqueeze(1))
+            models = threat.publish(models, fleet.matrix, t)  # fleet.matrix: still x̄
             fleet.publish(models, t, Contacts(ticks, met))
             trained[alg] = _Trained(
-                float(loss.mean()), int(met.sum() // 2),
+                float(loss.mean()), float(drift.mean()), int(met.sum() // 2),
                 ops.train_s + time.perf_counter() - start,
             )
             train_time += ops.train_s
@@ -410,7 +441,7 @@ def _record(t: int, alg: str, fleet: Fleet, trained: _Trained, blend_s: float,
     start = time.perf_counter()
     acc = np.full(1, np.nan)
     if t % config.eval_every == 0 or t == config.rounds:
-        acc = evaluate(model, fleet.matrix, schema, x_test, y_test)
+        acc = evaluate(model, config.threat().honest_rows(fleet.matrix), schema, x_test, y_test)
     stats = fleet.stats()
     return RoundRecord(
         round=t,
@@ -420,6 +451,7 @@ def _record(t: int, alg: str, fleet: Fleet, trained: _Trained, blend_s: float,
         accuracy_min=float(acc.min()),
         accuracy_max=float(acc.max()),
         train_loss=trained.train_loss,
+        drift_mean=trained.drift_mean,
         cache_avg_models=stats.avg_models if stats else float("nan"),
         cache_avg_age=stats.avg_age if stats else float("nan"),
         contacts=trained.contacts,

@@ -3,6 +3,7 @@ transport's counters in, one typed Status out (no daemon, no sockets)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ class Numbers:
     val_accuracy: float | None = None
     alpha: dict[str, float] = field(default_factory=dict)
     drift: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] | None = None
 
 
 @dataclass
@@ -91,6 +93,12 @@ def test_cache_rows_carry_age_staleness_and_the_last_blend() -> None:
     assert row.drift is None  # NaN drift: not shown as a number
     assert (row.received_from, row.received_at, row.verified) == (b_id, NOW - 5.0, True)
     assert status.node.own_alpha == 0.6
+    assert row.weight is None  # the plan α was blended as it is
+    assert status.node.own_weight is None
+    # Clipping changed them: the weights actually used are shown beside the plan α.
+    clipped = build(n, numbers=dataclasses.replace(numbers, weights={n.id: 0.9, b_id: 0.1}))
+    assert (clipped.cache[0].alpha, clipped.cache[0].weight) == (0.4, 0.1)
+    assert clipped.node.own_weight == 0.9
     assert status.node.published_version == 3
     assert status.node.val_loss is None
     assert status.node.val_accuracy == 0.8

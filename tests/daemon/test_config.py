@@ -79,6 +79,7 @@ csv_kind = "regression"
     assert cfg.node.socket == Path("/tmp/a/peerd.sock")
     assert cfg.node.torch_threads == 2
     assert cfg.network.listen_port == 0
+    assert cfg.network.fanout == 3  # the default: a constant cost per sweep
     assert cfg.network.static_peers == ("/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc",)
     assert cfg.learning.tau_max == 5.0
     assert isinstance(cfg.learning.tau_max, float)
@@ -118,6 +119,7 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
     ({"network": {"static_peers": ["10.0.0.2:4011"]}}, "[network] static_peers: list item"),
     ({"network": {"metrics_listen": "9464"}}, "[network] metrics_listen: must be IP:PORT"),
     ({"network": {"peer_bytes_per_s": 0}}, "[network] peer_bytes_per_s: must be an integer >= 1"),
+    ({"network": {"fanout": 0}}, "[network] fanout: must be an integer in [1, 64], got 0"),
     ({"node": {"lean_memory": "yes"}}, "[node] lean_memory: must be true or false"),
     ({"node": {"socket": "/" + "x" * 120}}, "[node] socket: a Unix socket path holds at most"),
     ({"node": {"log_level": "loud"}}, "[node] log_level: must be one of"),
@@ -234,7 +236,8 @@ def test_every_commented_default_is_the_real_default() -> None:
         body = line[2:] if line.startswith("# ") and " = " in line.split("#")[1] else line
         key = body.split("=")[0].strip()
         if key in ("manifest", "socket", "socket_group", "metrics_listen", "csv_glob",
-                   "peer_bytes_per_s", "max_silence_s", "model"):
+                   "peer_bytes_per_s", "max_silence_s", "model", "group",
+                   "capacity_per_group"):
             continue  # these are examples of optional settings, not defaults
         lines.append(body.split("  #")[0])
     data = tomllib.loads("\n".join(lines))

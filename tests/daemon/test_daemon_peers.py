@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import trio
 from typer.testing import CliRunner
 
 from peerd.cli.app import app
@@ -149,3 +150,52 @@ def test_adopting_a_manifest_closes_the_connections_it_no_longer_admits(
     finally:
         daemon.transport = None
     assert transport.rechecks == 1
+
+
+def test_inbound_sessions_beyond_the_bound_are_refused_busy(tmp_path: Path) -> None:
+    daemon, member, _ = _daemon(tmp_path)
+    bound = daemon.cfg.network.max_inbound_sessions
+
+    class Stream:
+        peer_id = member
+        resets = 0
+
+        async def reset(self) -> None:
+            self.resets += 1
+
+    stream = Stream()
+    daemon._inbound_sessions = bound  # that many run already
+    trio.run(daemon._inbound, stream)
+    assert (stream.resets, daemon.busy_refusals, daemon._inbound_sessions) == (1, 1, bound)
+
+
+def test_idle_connections_beyond_max_connections_are_closed_oldest_first(
+        tmp_path: Path) -> None:
+    daemon, member, _ = _daemon(tmp_path)
+    keep = daemon.cfg.network.max_connections
+    ids = [member] + [f"12D3KooWpeer{i:03d}" for i in range(keep + 2)]
+    for i, peer_id in enumerate(ids):
+        daemon.peers.on_hint(peer_id, [f"/ip4/10.0.{i // 250}.{i % 250 + 1}/tcp/4011"], 0.0)
+        peer = daemon.peers.get(peer_id)
+        assert peer is not None
+        PeerTable.completed(peer, 100.0 + i)
+
+    class Transport:
+        def __init__(self) -> None:
+            self.closed: list[str] = []
+
+        def connected_peers(self) -> list[str]:
+            return [p for p in ids if p not in self.closed] + [STRANGER]
+
+        async def disconnect(self, peer_id: str) -> None:
+            self.closed.append(peer_id)
+
+    transport = Transport()
+    daemon.transport = transport  # type: ignore[assignment]
+    try:
+        trio.run(daemon._trim_connections)
+        assert transport.closed == ids[:3]  # the three synchronised longest ago
+        trio.run(daemon._trim_connections)
+        assert transport.closed == ids[:3]  # at the bound now: nothing more
+    finally:
+        daemon.transport = None

@@ -57,10 +57,15 @@ class Node(DaemonProcess):
 
 
 def make_fleet(root: Path, n: int, *, hosts: list[NetnsHost] | None = None, mdns: bool = False,
-               base_port: int = 47100, learning: dict[str, Any] | None = None,
+               base_port: int = 27100, learning: dict[str, Any] | None = None,
                task: dict[str, Any] | None = None, admit: int | None = None) -> list[Node]:
     """n nodes of one fleet; only the first ``admit`` (default: all) are in its manifest,
-    the rest are outsiders with a valid key and config but no membership."""
+    the rest are outsiders with a valid key and config but no membership.
+
+    Ports are fixed (tests check them in logs and addresses) and below Linux's ephemeral
+    range (32768-60999 by default): a fixed port inside it could already be the source port
+    of some outbound connection, and the daemon would fail to listen ("Address already in
+    use": seen once with 47600)."""
     fleet = root / "fleet"
     peerd("fleet", "init", str(fleet))
     nodes: list[Node] = []

@@ -12,7 +12,7 @@ from tests.net.netns import NetnsHost
 def test_two_daemons_on_loopback_swap_verified_entries_and_train(
     tmp_path: Path, running: list[Node]
 ) -> None:
-    a, b = make_fleet(tmp_path, 2, base_port=47210)
+    a, b = make_fleet(tmp_path, 2, base_port=27210)
     start((a, b), running)
     wait_for(lambda: b.id in cached_origins(a) and a.id in cached_origins(b), 120,
              "each daemon to cache the other's entry", [a, b])
@@ -31,7 +31,7 @@ def test_two_daemons_on_loopback_swap_verified_entries_and_train(
 
 
 def test_restart_resumes_round_version_and_cache(tmp_path: Path, running: list[Node]) -> None:
-    a, b = make_fleet(tmp_path, 2, base_port=47220)
+    a, b = make_fleet(tmp_path, 2, base_port=27220)
     start((a, b), running)
     wait_for(lambda: b.id in cached_origins(a), 120, "a to cache b's entry", [a, b])
     wait_for(lambda: (a.status() or {"node": {"version": 0}})["node"]["version"] >= 3, 60,

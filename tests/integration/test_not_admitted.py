@@ -26,8 +26,8 @@ from tests.integration.mesh import (
 def test_a_node_not_admitted_is_told_to_ask_for_admission(
     tmp_path: Path, running: list[Node], manifest: str
 ) -> None:
-    member, outsider = make_fleet(tmp_path, 2, admit=1, base_port=47240 if manifest ==
-                                  "configured" else 47250)
+    member, outsider = make_fleet(tmp_path, 2, admit=1, base_port=27240 if manifest ==
+                                  "configured" else 27250)
     if manifest == "none":  # the placeholder: it can learn that it is refused only from peers
         write_overrides(outsider.config, fleet={"manifest": ""})
     start((member, outsider), running)

@@ -29,7 +29,7 @@ WATCH_S = 2.5 * TAU_MAX_S
 def test_a_node_below_epsilon_republishes_and_stays_cached_past_tau_max(
     tmp_path: Path, running: list[Node]
 ) -> None:
-    quiet, peer = make_fleet(tmp_path, 2, base_port=47730, learning={
+    quiet, peer = make_fleet(tmp_path, 2, base_port=27730, learning={
         "local_steps": 3, "tau_max": TAU_MAX_S, "max_silence_s": MAX_SILENCE_S,
         "epsilon": 1e9,  # no model ever moves this far: every publication after the first
     })                   # is one for silence

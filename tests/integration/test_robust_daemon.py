@@ -9,7 +9,7 @@ import pytest
 from tests.integration.mesh import Node, cached_origins, make_fleet, start, status, wait_for
 
 
-@pytest.mark.parametrize(("blend", "port"), [("median", 47610), ("krum:0", 47620)])
+@pytest.mark.parametrize(("blend", "port"), [("median", 27610), ("krum:0", 27620)])
 def test_three_daemons_blend_with_a_robust_rule_and_keep_training(
     tmp_path: Path, running: list[Node], blend: str, port: int
 ) -> None:

@@ -174,7 +174,7 @@ def test_8_hostile_peer_is_refused_by_reason_and_the_daemon_keeps_its_cache(
 ) -> None:
     # a and b are honest daemons on loopback; the third member's key is driven by the test's
     # hostile client (a real libp2p host speaking the session protocol), never by a daemon.
-    a, b, spy = make_fleet(tmp_path, 3, base_port=47300, learning=LIGHT)
+    a, b, spy = make_fleet(tmp_path, 3, base_port=27300, learning=LIGHT)
     for me, other in ((a, b), (b, a)):
         write_overrides(me.config, network={"static_peers": [other.multiaddr()]})
     start([a, b], running)
@@ -330,7 +330,7 @@ def test_4_capacity_two_keeps_only_the_two_freshest_entries(
     # never again (ε so large that no drift exceeds it: "frozen"). Every node sees all five
     # others' entries, so once the fresh ones have published past the frozen ones, each cache
     # must hold exactly the freshest two: fresh origins only.
-    nodes = make_fleet(tmp_path, 6, base_port=47400,
+    nodes = make_fleet(tmp_path, 6, base_port=27400,
                        learning={**LIGHT, "capacity": 2, "round_interval_s": 2.0})
     fresh, frozen = nodes[:3], nodes[3:]
     for n in frozen:
@@ -475,7 +475,7 @@ def test_5_kill_9_mid_round_resumes_without_stalling_the_others(
 ) -> None:
     # Default K (more work per round) so that a kill at an arbitrary moment likely lands
     # inside a round or a state write rather than in the sleep between rounds.
-    a, b, c = make_fleet(tmp_path, 3, base_port=47500)
+    a, b, c = make_fleet(tmp_path, 3, base_port=27500)
     start([a, b, c], running)
     wait_for(lambda: {b.id, c.id} <= cached_origins(a) and a.id in cached_origins(b),
              STARTUP_TIMEOUT_S, "a full mesh", [a, b, c])
@@ -550,8 +550,8 @@ def test_9_mesh_learns_better_than_the_same_hosts_alone_on_non_iid_digits(
     # as four isolated daemons (their own fleets' worth of nobody: no peers, no mDNS). Both
     # groups run at once so that they share the machine's load alike.
     task = {"name": "digits", "partition": "shards", "seed": 0}
-    mesh = make_fleet(tmp_path / "mesh", 4, base_port=47600, task=task)
-    alone = make_fleet(tmp_path / "alone", 4, base_port=47610, task=task)
+    mesh = make_fleet(tmp_path / "mesh", 4, base_port=27600, task=task)
+    alone = make_fleet(tmp_path / "alone", 4, base_port=27610, task=task)
     for n in alone:
         write_overrides(n.config, network={"static_peers": []})
     nodes = mesh + alone

@@ -58,7 +58,7 @@ def lose_state(node: Node) -> None:
 def test_a_node_restarted_with_an_empty_state_dir_is_accepted_on_its_next_publish(
     tmp_path: Path, running: list[Node]
 ) -> None:
-    a, b = make_fleet(tmp_path, 2, base_port=47800, learning={"local_steps": 3})
+    a, b = make_fleet(tmp_path, 2, base_port=27800, learning={"local_steps": 3})
     # a has a long history: its counters as a daemon that ran HISTORY rounds leaves them.
     StateDir(a.dir).save_counters(Counters(round=HISTORY, version=HISTORY))
     start((a, b), running)

@@ -61,7 +61,7 @@ def most_dials(seconds: float) -> int:
 def test_strangers_neither_lock_a_member_out_nor_enter_the_table(
     tmp_path: Path, running: list[Node], watch_s: float
 ) -> None:
-    a, b, outsider = make_fleet(tmp_path, 3, base_port=47400, learning=LIGHT, admit=2)
+    a, b, outsider = make_fleet(tmp_path, 3, base_port=27400, learning=LIGHT, admit=2)
     # a dials the outsider (a non-member in its static peers) and nobody else; b dials only
     # a, so b's connection is one of a's inbound slots, the ones the flood goes for.
     write_overrides(a.config, network={"static_peers": [outsider.multiaddr()]})

@@ -337,3 +337,80 @@ def test_a_full_table_of_static_peers_takes_no_more() -> None:
     assert table.on_hint("12D3KooWm", ["/ip4/10.0.0.2/tcp/4011"], T0) is False
     assert table.add_inbound("12D3KooWin", T0) is None
     assert all(p.source == "static" for p in table)
+
+
+def _mesh_table(n: int) -> PeerTable:
+    table = PeerTable(SELF, rng=random.Random(7))
+    for i in range(n):
+        table.on_hint(f"12D3KooWp{i:02d}", [f"/ip4/10.0.0.{i + 2}/tcp/4011"], T0)
+    return table
+
+
+def test_a_bounded_sweep_reserves_at_most_fanout_peers() -> None:
+    table = _mesh_table(10)
+    first = table.due(T0 + 1, fanout=3)
+    assert len(first) == 3
+    assert all(p.in_session for p in first)
+    # The ones not chosen stay free: the next sweep may pick them while these still run.
+    second = table.due(T0 + 2, fanout=3)
+    assert len(second) == 3
+    assert not set(ids(first)) & set(ids(second))
+    assert sum(p.in_session for p in table) == 6
+    # Fewer candidates than the fanout: all of them.
+    assert len(table.due(T0 + 3, fanout=5)) == 4
+    assert table.due(T0 + 4, fanout=3) == []
+
+
+def test_a_bounded_sweep_prefers_peers_synchronised_longest_ago() -> None:
+    table = _mesh_table(6)
+    # p00..p03 synchronised at T0 + 10 + i; p04 and p05 never: those two come first, then
+    # the oldest sessions.
+    for i in range(4):
+        peer = table.get(f"12D3KooWp{i:02d}")
+        assert peer is not None
+        PeerTable.completed(peer, T0 + 10 + i)
+    chosen = table.due(T0 + 20, fanout=3)
+    assert set(ids(chosen)) == {"12D3KooWp04", "12D3KooWp05", "12D3KooWp00"}
+
+
+def test_bounded_sweeps_reach_every_peer_in_turn() -> None:
+    """Anti-entropy: with sessions completing, every peer is dialled within
+    ceil(n / fanout) sweeps and none twice before all had a turn."""
+    n, fanout = 10, 3
+    table = _mesh_table(n)
+    seen: list[str] = []
+    for sweep in range(4):  # ceil(10 / 3)
+        now = T0 + 1 + sweep
+        for peer in table.due(now, fanout=fanout):
+            seen.append(peer.id)
+            PeerTable.completed(peer, now)
+            PeerTable.release(peer)
+    assert len(set(seen[:n])) == n  # the first n dials: each peer once, then it repeats
+
+
+def test_bounded_sweeps_pick_in_a_random_order_among_equals() -> None:
+    orders = set()
+    for seed in range(5):
+        table = PeerTable(SELF, rng=random.Random(seed))
+        for i in range(8):
+            table.on_hint(f"12D3KooWp{i}", [f"/ip4/10.0.0.{i + 2}/tcp/4011"], T0)
+        orders.add(tuple(sorted(ids(table.due(T0 + 1, fanout=2)))))
+    assert len(orders) > 1  # not always the first-inserted peers
+
+
+def test_idle_connections_beyond_the_bound_are_the_least_recently_synchronised() -> None:
+    table = _mesh_table(6)
+    for i in range(6):
+        peer = table.get(f"12D3KooWp{i:02d}")
+        assert peer is not None
+        PeerTable.completed(peer, T0 + 10 + i)
+    busy = table.begin_session("12D3KooWp00")  # oldest, but in a session: never closed
+    assert busy is not None
+    connected = [f"12D3KooWp{i:02d}" for i in range(6)] + ["12D3KooWstranger"]
+    assert table.idle_connected(connected, keep=6) == []
+    assert table.idle_connected(connected, keep=4) == ["12D3KooWp01", "12D3KooWp02"]
+    PeerTable.release(busy)
+    assert table.idle_connected(connected, keep=4) == ["12D3KooWp00", "12D3KooWp01"]
+    # Never synchronised (it dialled us and failed, say) counts as the oldest.
+    table.on_hint("12D3KooWnew", ["/ip4/10.0.1.1/tcp/4011"], T0 + 30)
+    assert table.idle_connected([*connected, "12D3KooWnew"], keep=6) == ["12D3KooWnew"]

@@ -43,6 +43,8 @@ def test_same_seed_same_numbers_and_output_shape(tmp_path: Path) -> None:
             "curve",
             "cache_avg_models",
             "cache_avg_age",
+            "drift_mean",
+            "drift_curve",
         }
         assert [r for r, _ in res["curve"]] == [1, 2, 3]
         assert 0.0 <= res["final_accuracy_mean"] <= 1.0
