@@ -211,43 +211,50 @@ def curriculum_update(
 ) -> LocalResult:
     """One curriculum local training in place: score, split, E epochs easy to hard.
 
-    Classification only (the scores need a true class). Each batch is one step of
-    :func:`local_update` (same step rule, proximal term included); x̄ is ``anchor`` or the
-    model as passed in. ``steps`` > 0 is a step budget: exactly that many batches per round,
-    spread over the E epochs (:func:`budget_per_epoch`) and drawn from each epoch's admitted
-    samples (:func:`budget_positions`), so that FedBSS and plain training can be compared at
-    the same number of SGD steps; 0 trains full epochs. Returns the steps taken and the loss
-    over them."""
+    Classification only (the scores need a true class). The batches, in curriculum order,
+    are the steps of one :func:`local_update` call (same step rule, proximal term included);
+    x̄ is ``anchor`` or the model as passed in. ``steps`` > 0 is a step budget: exactly that
+    many batches per round, spread over the E epochs (:func:`budget_per_epoch`) and drawn from
+    each epoch's admitted samples (:func:`budget_positions`), so that FedBSS and plain training
+    can be compared at the same number of SGD steps; 0 trains full epochs. Returns the steps
+    taken and the loss over them."""
     if X.shape[0] != y.shape[0] or X.shape[0] == 0:
         raise ValueError(f"need matching, non-empty data ({X.shape[0]} vs {y.shape[0]})")
     if batch_size <= 0:
         raise ValueError(f"batch_size must be > 0, got {batch_size}")
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
-    if rho > 0 and anchor is None:
-        anchor = {n: p.detach().clone() for n, p in model.named_parameters()}
     s = score_samples(model, X, y)
     split = peak_split(s.loss, s.uncertainty)
-    losses: list[float] = []
-    loss_name: LossName = "cross_entropy"
     pools = [epoch_indices(split, e, policy.epochs) for e in range(1, policy.epochs + 1)]
     budget = budget_per_epoch([int(p.shape[0]) for p in pools], steps) if steps else None
+    batches: list[torch.Tensor] = []
     for e, idx in enumerate(pools):
         if budget is None:
-            batches = [idx[i:i + batch_size] for i in range(0, idx.shape[0], batch_size)]
+            cut = [idx[i:i + batch_size] for i in range(0, idx.shape[0], batch_size)]
         else:
-            batches = [idx[pos] for pos in
-                       budget_positions(int(idx.shape[0]), budget[e], batch_size, generator)]
-        for b in batches:
-            # One step over exactly this batch: the sampler's permutation of it leaves the
-            # mean loss, hence the step, unchanged.
-            r = local_update(model, X[b], y[b], steps=1, batch_size=b.shape[0], lr=lr, rho=rho,
-                             loss=loss_name, generator=generator, anchor=anchor)
-            losses.append(r.mean_loss)
-    if not losses:
+            cut = [idx[pos] for pos in
+                   budget_positions(int(idx.shape[0]), budget[e], batch_size, generator)]
+        # Each batch's rows shuffled: no effect on the step but its rounding, and kept for
+        # that: it is the draw the sampler made when every batch was a one-step local_update
+        # call of its own, so earlier runs and pinned results reproduce bit for bit.
+        batches += [b[torch.randperm(b.shape[0], generator=generator)] for b in cut]
+    if not batches:
         return LocalResult(0, float("nan"), float("nan"))
-    return LocalResult(len(losses), sum(losses) / len(losses), losses[-1])
+    step_losses: list[torch.Tensor] = []
 
+    def task_loss(out: torch.Tensor, target: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+        # f itself, recorded per step: the mean below is over Python floats (float64), as
+        # it always was, not local_update's float32 mean.
+        value = nn.functional.cross_entropy(out, target)
+        step_losses.append(value.detach())
+        return value
+
+    local_update(model, X, y, steps=len(batches), batch_size=batch_size, lr=lr, rho=rho,
+                 loss="cross_entropy", generator=generator, anchor=anchor, objective=task_loss,
+                 batches=batches)
+    losses = [float(v) for v in step_losses]
+    return LocalResult(len(losses), sum(losses) / len(losses), losses[-1])
 
 
 def fedbss_local_update(

@@ -20,7 +20,7 @@ reads a clock, loads data or builds a model: ``peerd.learn`` and the simulator d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -86,6 +86,7 @@ def local_update(
     generator: torch.Generator,
     anchor: Mapping[str, torch.Tensor] | None = None,
     objective: Objective | None = None,
+    batches: Sequence[torch.Tensor] | None = None,
 ) -> LocalResult:
     """Train ``model`` in place for ``steps`` proximal SGD steps on ``(X, y)``.
 
@@ -93,11 +94,16 @@ def local_update(
     passed in; a caller that holds x̄ anyway, e.g. the published entry, saves that copy).
     ``objective`` replaces the task loss f (e.g. :mod:`peerd.core.distill`'s CE + β·KL); it
     gets the batch's outputs, targets and row indices into ``X``; the losses reported are its.
+    ``batches`` replaces the sampler with the caller's own order (e.g. a curriculum's, easy to
+    hard): step k trains on rows ``batches[k]`` of ``X``; it needs ``steps`` entries, and
+    then ``batch_size`` is unused and nothing is drawn from ``generator``.
     """
     if rho < 0 or lr <= 0:
         raise ValueError(f"need rho >= 0 and lr > 0 (got rho={rho}, lr={lr})")
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"{X.shape[0]} inputs but {y.shape[0]} targets")
+    if batches is not None and len(batches) != steps:
+        raise ValueError(f"{len(batches)} batches for {steps} steps")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params: list[torch.Tensor] = [p for _, p in named]
     # x̄ for each parameter, fetched when its step runs rather than all up front: a mapping
@@ -113,7 +119,8 @@ def local_update(
         if missing:
             raise KeyError(f"anchor lacks parameters {missing}")
     criterion = _criterion(loss)
-    batches = sample_batches(X.shape[0], batch_size, steps, generator)
+    rows: Sequence[torch.Tensor] | torch.Tensor = (
+        sample_batches(X.shape[0], batch_size, steps, generator) if batches is None else batches)
 
     def apply_step(p: torch.Tensor, name: str) -> None:
         g = p.grad
@@ -145,7 +152,7 @@ def local_update(
     losses = torch.zeros(steps)
     try:
         for k in range(steps):
-            idx = batches[k]
+            idx = rows[k]
             out = model(X[idx])
             value = criterion(out, y[idx]) if objective is None else objective(out, y[idx], idx)
             value.backward()  # type: ignore[no-untyped-call]

@@ -5,14 +5,15 @@ Agents' models live as rows of one ``[A, D]`` float32 matrix in the core's flat 
 blends. Training converts that matrix to stacked named tensors ``[A, *shape]`` and calls
 :func:`peerd.core.local_update.batched_local_update` (vmap over agents); the per-agent loop
 (:func:`train_loop`) calls :func:`peerd.core.local_update.local_update` one agent at a time and
-exists as the benchmark's baseline and as the reference the batched path is tested against.
+exists as the benchmark's baseline and as the reference the batched path is tested against;
+its loop (:func:`train_each`) also carries :mod:`peerd.sim.fedbss`'s curriculum.
 It must not blend or decide anything of a round (the core round and :mod:`peerd.sim.algorithms`
 do); each agent's batches come from its own seeded generator, never the global RNG.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from torch.func import functional_call, vmap
 
 from peerd.core.entry import Schema
 from peerd.core.local_update import (
+    LocalResult,
     LossName,
     batched_local_update,
     local_update,
@@ -140,23 +142,33 @@ def train_loop(
     loss: LossName = "cross_entropy",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference: one agent after another through the core's ``local_update``."""
+    return train_each(
+        model, matrix, schema, x, y, agent_indices,
+        lambda xa, ya, a: local_update(
+            model, xa, ya, steps=steps, batch_size=batch_size, lr=lr, rho=rho, loss=loss,
+            generator=agent_generator(seed, round_index, a)))
+
+
+def train_each(
+    model: nn.Module,
+    matrix: torch.Tensor,
+    schema: Schema,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    agent_indices: Sequence[np.ndarray],
+    train: Callable[[torch.Tensor, torch.Tensor, int], LocalResult],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One agent after another: load row ``a`` of ``matrix`` into ``model``, let
+    ``train(X_a, y_a, a)`` train it in place on the agent's samples, read the row back.
+
+    Returns the new ``[A, D]`` matrix and each agent's mean loss ``[A]``."""
     new = torch.empty_like(matrix)
     losses = torch.empty(matrix.shape[0])
     for a, idx in enumerate(agent_indices):
         with torch.no_grad():
             _load_row(model, matrix[a], schema)
         sel = torch.from_numpy(idx)
-        result = local_update(
-            model,
-            x[sel],
-            y[sel],
-            steps=steps,
-            batch_size=batch_size,
-            lr=lr,
-            rho=rho,
-            loss=loss,
-            generator=agent_generator(seed, round_index, a),
-        )
+        result = train(x[sel], y[sel], a)
         new[a] = torch.cat([p.detach().reshape(-1) for _, p in _ordered(model, schema)])
         losses[a] = result.mean_loss
     return new, losses

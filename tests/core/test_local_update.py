@@ -213,3 +213,30 @@ def test_negative_rho_or_lr_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown loss 'hinge'"):
         local_update(net(), X, y, steps=1, batch_size=8, lr=0.1, rho=0.0,
                      loss="hinge", generator=torch.Generator())  # type: ignore[arg-type]
+
+
+def test_given_batches_replace_the_sampler_and_draw_nothing() -> None:
+    # The sampler's own draws passed in as batches: the same training, bit for bit, and the
+    # generator handed over alongside them is left untouched.
+    X, y = data()
+    a, b = net(), net()
+    ra = local_update(a, X, y, steps=6, batch_size=16, lr=0.1, rho=0.3, loss="cross_entropy",
+                      generator=torch.Generator().manual_seed(3))
+    drawn = list(sample_batches(len(X), 16, 6, torch.Generator().manual_seed(3)))
+    g = torch.Generator().manual_seed(11)
+    state = g.get_state()
+    rb = local_update(b, X, y, steps=6, batch_size=999, lr=0.1, rho=0.3, loss="cross_entropy",
+                      generator=g, batches=drawn)
+    assert torch.equal(g.get_state(), state)
+    assert (ra.mean_loss, ra.last_loss) == (rb.mean_loss, rb.last_loss)
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    # Their order is the order of the steps: reversed, they train a different model.
+    c = net()
+    local_update(c, X, y, steps=6, batch_size=16, lr=0.1, rho=0.3, loss="cross_entropy",
+                 generator=torch.Generator(), batches=drawn[::-1])
+    assert not all(torch.equal(pa, pc) for pa, pc in zip(a.parameters(), c.parameters(),
+                                                          strict=True))
+    with pytest.raises(ValueError, match="5 batches for 6 steps"):
+        local_update(net(), X, y, steps=6, batch_size=16, lr=0.1, rho=0.0,
+                     loss="cross_entropy", generator=torch.Generator(), batches=drawn[:5])
