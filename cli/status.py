@@ -203,6 +203,10 @@ def status_view(status: Status) -> Group:
     peers = status.peers
     connected = sum(1 for p in peers if p.connected)
     parts.append(f"peers: {connected} connected, {len(peers)} known (`peerd peers` for details)")
+    busy, avoided = (status.gossip.get(k, 0) for k in ("busy_refusals", "duplicates_avoided"))
+    if busy or avoided:  # the bounds of issue 14 at work: worth a line once they bite
+        parts.append(f"gossip: {busy} inbound sessions refused busy (max_inbound_sessions), "
+                     f"{avoided} duplicate downloads avoided")
     rejected = status.rejected
     if rejected:
         rt = Table(title="rejected entries")

@@ -91,6 +91,13 @@ class StatusMetrics(Collector):
         c = CounterMetricFamily("peerd_entries_accepted", "Entries accepted into the cache")
         c.add_metric([], float(s.accepted))
         yield c
+        for key, doc in (("busy_refusals", "Inbound sessions refused while "
+                          "max_inbound_sessions ran"),
+                         ("duplicates_avoided", "Entries left out of a Want because another "
+                          "session was fetching them")):
+            c = CounterMetricFamily(f"peerd_gossip_{key}", doc)
+            c.add_metric([], float(s.gossip.get(key, 0)))
+            yield c
         by_reason: dict[str, float] = {}
         # Refused (hostile or broken) and dropped (benign: stale, not newer, evicted) alike:
         # the two sets of reasons are disjoint, so one labelled counter holds both.

@@ -78,7 +78,8 @@ def _weight(weights: Mapping[str, float] | None, origin: str) -> float | None:
 
 def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
                  transport: TransportSnapshot, config: ConfigStatus, listen: Sequence[str],
-                 now: float, membership: str = "member") -> Status:
+                 now: float, membership: str = "member",
+                 gossip: Mapping[str, int] | None = None) -> Status:
     clock = node.clock(now)
     cache = tuple(
         CacheRow(
@@ -146,4 +147,5 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
         entry_bytes=dict(sorted(node.entry_bytes.items())),
         dropped=dict(sorted(node.dropped.items())),
         flagged=tuple(sorted(node.ledger.flagged)),
+        gossip=dict(gossip or {}),
     )

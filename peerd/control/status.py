@@ -159,6 +159,10 @@ class Status:
     flagged: tuple[str, ...]  # origins caught equivocating
     #: Entry bytes (head + payload) by "sent/KIND" and "received/KIND" since start.
     entry_bytes: Mapping[str, int] = field(default_factory=dict)
+    #: Gossip's own bounds at work since start: "busy_refusals" (inbound sessions refused
+    #: while max_inbound_sessions ran) and "duplicates_avoided" (entries left out of a Want
+    #: because another session was fetching them).
+    gossip: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -479,4 +479,6 @@ class Daemon:
                             transport=link, config=self._config_status,
                             # Read live: concrete addresses that follow the host's.
                             listen=self.listen_addrs if t is None else t.listen_addrs,
-                            now=self.now(), membership=self.membership())
+                            now=self.now(), membership=self.membership(),
+                            gossip={"busy_refusals": self.busy_refusals,
+                                    "duplicates_avoided": self._inflight.deduplicated})

@@ -17,6 +17,8 @@ never pickles. Layout of a state directory (0700, files 0600)::
                         ledger: peerd.store.ledgerfile)
     counters.a/.b       round and version, two copies (see Counters)
     audit.log[.1-.3]    JSON lines, rotated by size
+    rounds.log          the participation audit, one checksummed line per round
+                        (peerd.store.roundlog; bounded, not rotated)
     quarantine/         corrupt files, kept for inspection, oldest deleted past a bound
 """
 

@@ -58,9 +58,13 @@ def test_accepted_dropped_and_byte_totals_are_served() -> None:
         # Totals since start: more than the peers still listed moved (some were forgotten).
         node = dataclasses.replace(status.node, bytes_in=99_000, bytes_out=88_000)
         metrics.update(dataclasses.replace(status, node=node, accepted=6,
-                                           dropped={"not_newer": 2, "stale": 1}))
+                                           dropped={"not_newer": 2, "stale": 1},
+                                           gossip={"busy_refusals": 3,
+                                                   "duplicates_avoided": 7}))
         got = scrape(port)
         assert got["peerd_entries_accepted_total"] == 6.0
+        assert got["peerd_gossip_busy_refusals_total"] == 3.0
+        assert got["peerd_gossip_duplicates_avoided_total"] == 7.0
         assert got['peerd_entries_rejected_total{reason="not_newer"}'] == 2.0
         assert got['peerd_entries_rejected_total{reason="stale"}'] == 2.0  # 1 + 1 dropped
         assert got["peerd_bytes_received_total"] == 99_000.0

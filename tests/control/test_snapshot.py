@@ -99,6 +99,11 @@ def test_cache_rows_carry_age_staleness_and_the_last_blend() -> None:
     clipped = build(n, numbers=dataclasses.replace(numbers, weights={n.id: 0.9, b_id: 0.1}))
     assert (clipped.cache[0].alpha, clipped.cache[0].weight) == (0.4, 0.1)
     assert clipped.node.own_weight == 0.9
+    counted = build_status(node=n, numbers=numbers, peers=PeerTable(n.id),
+                           transport=NO_TRANSPORT, config=CONFIG, listen=(), now=NOW,
+                           gossip={"busy_refusals": 2, "duplicates_avoided": 5})
+    assert counted.gossip == {"busy_refusals": 2, "duplicates_avoided": 5}
+    assert to_json(counted)["gossip"] == {"busy_refusals": 2, "duplicates_avoided": 5}
     assert status.node.published_version == 3
     assert status.node.val_loss is None
     assert status.node.val_accuracy == 0.8
