@@ -38,8 +38,12 @@ def sim(
     partition: Annotated[str, Opt(help="iid, shards or dirichlet:PI.")] = "shards",
     agents: Annotated[int, Opt(help="Number of agents N.")] = 100,
     rounds: Annotated[int, Opt(help="Number of rounds.")] = 100,
-    capacity: Annotated[int, Opt(help="Cache capacity C (peer models per agent).")] = 10,
-    tau_max: Annotated[float, Opt(help="Staleness cutoff τ_max in rounds.")] = 5.0,
+    capacity: Annotated[str, Opt(help="Cache capacity C (peer models per agent), or "
+                                      "'unlimited' (C = N: every peer fits).")] = "10",
+    tau_max: Annotated[float, Opt(help="Staleness cutoff τ_max in rounds: an entry is kept "
+                                       "while t − τ ≤ τ_max (the lecture's rule; the paper "
+                                       "drops it at t − τ ≥ τ_max, so its τ_max is this + 1).")
+                       ] = 5.0,
     local_steps: Annotated[int, Opt(help="Local SGD steps K per round.")] = 10,
     batch_size: Annotated[int, Opt(help="Mini-batch size.")] = 64,
     lr: Annotated[float, Opt(help="Learning rate.")] = 0.1,
@@ -87,6 +91,8 @@ def sim(
     blocks: Annotated[int, Opt(help="Grid size in blocks per side.")] = 10,
     block_length: Annotated[float, Opt(help="Block side length, m.")] = 300.0,
     eval_every: Annotated[int, Opt(help="Evaluate every this many rounds (and the last).")] = 1,
+    stats_from: Annotated[int, Opt(help="Average the cache statistics from this round on "
+                                        "(skip the fill-up rounds).")] = 1,
     eval_samples: Annotated[int, Opt(help="Test samples used (0 = the full test set).")] = 0,
     mixed_schema: Annotated[bool, Opt(help="Each agent sees one feature group (tabular).")] = (
         False
@@ -102,13 +108,20 @@ def sim(
         return  # `peerd sim <method> ...`: the subcommand runs, not the grid
     # Heavy imports here so that `peerd --help` stays instant.
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from peerd.learn.data import DataError
     from peerd.sim.output import summary_json, write_outputs
     from peerd.sim.runner import SimConfig, run
 
     names = tuple(a.strip() for a in algorithms.split(",") if a.strip())
+    cap = _capacity(capacity, agents)
     if "fedcache" in names:
         from peerd.sim.knowledge import knowledge_cli
 
@@ -128,7 +141,7 @@ def sim(
         knowledge_cli(dataset=dataset, partition=partition, agents=agents, rounds=rounds,
                       algorithms=names, models=fedcache_models, lr=lr, batch_size=batch_size,
                       beta=beta, temperature=temperature, r=neighbours, key_dim=key_dim,
-                      seed=seed, eval_every=eval_every, capacity=capacity, tau_max=tau_max,
+                      seed=seed, eval_every=eval_every, capacity=cap, tau_max=tau_max,
                       round_seconds=round_seconds, out=out, json_output=json_output)
         return
     config = SimConfig(
@@ -136,7 +149,7 @@ def sim(
         partition=partition,
         agents=agents,
         rounds=rounds,
-        capacity=capacity,
+        capacity=cap,
         tau_max=tau_max,
         local_steps=local_steps,
         batch_size=batch_size,
@@ -159,6 +172,7 @@ def sim(
         blocks=blocks,
         block_length=block_length,
         eval_every=eval_every,
+        stats_from=stats_from,
         eval_samples=eval_samples,
         mixed_schema=mixed_schema,
         batched=not per_agent_loop,
@@ -176,6 +190,8 @@ def sim(
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         console=err,
         transient=json_output,
     ) as bar:
@@ -195,7 +211,7 @@ def sim(
         typer.echo(json.dumps(summary))
         return
     console = Console()
-    console.print(f"wrote metrics and plots to {out}")
+    console.print(f"wrote metrics{'' if no_plots else ' and plots'} to {out}")
     for alg, res in summary["results"].items():
         line = f"{alg:>11}: final accuracy {res['final_accuracy_mean']:.4f} ± "
         line += f"{res['final_accuracy_std']:.4f}"
@@ -204,6 +220,20 @@ def sim(
             line += f"  (cache: {res['cache_avg_models']:.2f} models"
             line += f", age {age:.2f})" if age is not None else ")"
         console.print(line)
+
+
+def _capacity(value: str, agents: int) -> int:
+    """``--capacity``: a number, or ``unlimited`` (C = N: no agent ever has more peers)."""
+    if value.strip().lower() == "unlimited":
+        return max(agents, 0)
+    try:
+        return int(value)
+    except ValueError:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[red]error:[/red] --capacity must be a number or "
+                                   f"'unlimited', got {value!r}")
+        raise typer.Exit(2) from None
 
 
 # The view methods: subcommands with their own options (their heavy imports are inside them).

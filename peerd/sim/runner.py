@@ -80,6 +80,10 @@ class SimConfig:
     blocks: int = 10
     block_length: float = 300.0
     eval_every: int = 1
+    #: Cache statistics (summary's cache_avg_*) are averaged from this round on: the first
+    #: rounds fill the caches and would pull the averages down (the paper's Table 2 is steady
+    #: state). 1 = every round.
+    stats_from: int = 1
     eval_samples: int = 0  # 0 = the full test set
     mixed_schema: bool = False  # each agent sees one feature group (tabular data)
     batched: bool = True  # False: the per-agent reference loop (slow; for benchmarks)
@@ -97,6 +101,7 @@ class SimConfig:
             "batch_size",
             "round_seconds",
             "eval_every",
+            "stats_from",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1")
@@ -166,7 +171,8 @@ class SimResult:
             rows = [r for r in self.records if r.algorithm == alg]
             evaluated = [r for r in rows if not math.isnan(r.accuracy_mean)]
             final = evaluated[-1] if evaluated else None
-            cache = [r for r in rows if not math.isnan(r.cache_avg_models)]
+            cache = [r for r in rows if not math.isnan(r.cache_avg_models)
+                     and r.round >= self.config.stats_from]
             ages = [r.cache_avg_age for r in cache if not math.isnan(r.cache_avg_age)]
             drifts = [r.drift_mean for r in rows]
             results[alg] = {
