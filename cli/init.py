@@ -113,6 +113,7 @@ state_dir = {_toml_str(state_dir)}
 # fedbss_warmup_rounds = 20    # plain rounds before the curriculum (see docs/operations.md)
 # fedbss_epochs = 10           # E: local epochs of one curriculum round
 # fedbss_regrow = 0.2          # warm up again when local data grew by this fraction
+# fedbss_steps = 0             # SGD steps of a curriculum round (0 = fedbss_epochs full epochs)
 # group = "site-1"             # this node's cache group, signed into its entries (unset: none)
 # capacity_per_group = 3       # most cache places one group may hold (unset: C freshest)
 

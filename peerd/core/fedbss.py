@@ -44,6 +44,10 @@ class FedBSS:
     #: Re-warm-up when the data size exceeds (1 + regrow_fraction) × its size at the last
     #: warm-up's start.
     regrow_fraction: float = 0.2
+    #: SGD steps of one curriculum round, spread over the E epochs (:func:`curriculum_update`'s
+    #: ``steps``); 0 = E full epochs. A budget bounds a round's time whatever the data size,
+    #: and matches plain training's K steps when compared with it.
+    step_budget: int = 0
 
     def __post_init__(self) -> None:
         if self.warmup_rounds < 0:
@@ -53,6 +57,8 @@ class FedBSS:
         if not (math.isfinite(self.regrow_fraction) and self.regrow_fraction >= 0):
             raise ValueError(f"regrow_fraction must be finite and >= 0, got "
                              f"{self.regrow_fraction}")
+        if self.step_budget < 0:
+            raise ValueError(f"step_budget must be >= 0, got {self.step_budget}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,5 +291,6 @@ def fedbss_local_update(
                               loss=loss, generator=generator, anchor=anchor)
         return result, state, False
     result = curriculum_update(model, X, y, batch_size=batch_size, lr=lr, rho=rho,
-                               policy=policy, generator=generator, anchor=anchor)
+                               policy=policy, generator=generator, anchor=anchor,
+                               steps=policy.step_budget)
     return result, state, True

@@ -112,6 +112,8 @@ MAX_UPDATE_NORM_WINDOW = 100_000
 #: FedBSS trains E passes over the local data per round: bounds a round's compute (a typo of
 #: 1e6 epochs would hold the node in one round for days).
 MAX_FEDBSS_EPOCHS = 1000
+#: ``fedbss_steps`` above this is no budget: a round's steps run back to back on the CPU.
+MAX_FEDBSS_STEPS = 1_000_000
 
 
 class ConfigError(ValueError):
@@ -230,6 +232,8 @@ class LearningConfig:
     fedbss_warmup_rounds: int = 20
     fedbss_epochs: int = 10  # E: local epochs of one curriculum round
     fedbss_regrow: float = 0.2  # warm up again once the data grew by this fraction
+    #: SGD steps of one curriculum round over the E epochs; 0 = E full epochs.
+    fedbss_steps: int = 0
     #: This node's cache group (a data distribution, an area: "site-3"), signed into every
     #: entry it publishes; None: its entries name none. See peerd.protocol.entry.group_problem.
     group: str | None = None
@@ -357,6 +361,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "distill_r": check_int(1), "sample_capacity": check_int(1), "blend": check_blend,
         "local_policy": check_choice("plain", "fedbss"), "fedbss_warmup_rounds": check_int(0),
         "fedbss_epochs": check_int(1, MAX_FEDBSS_EPOCHS), "fedbss_regrow": check_float(0.0),
+        "fedbss_steps": check_int(0, MAX_FEDBSS_STEPS),
         "group": check_optional(check_group),
         "capacity_per_group": check_optional(check_int(1, MAX_CAPACITY)),
     }),

@@ -39,7 +39,8 @@ class LocalTraining:
             return None
         return cls(FedBSS(warmup_rounds=learning.fedbss_warmup_rounds,
                           epochs=learning.fedbss_epochs,
-                          regrow_fraction=learning.fedbss_regrow))
+                          regrow_fraction=learning.fedbss_regrow,
+                          step_budget=learning.fedbss_steps))
 
     def train(self, model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, steps: int,
               batch_size: int, lr: float, rho: float, loss: LossName,

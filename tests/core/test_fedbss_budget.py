@@ -10,10 +10,12 @@ from torch import nn
 from peerd.core.drift import drift
 from peerd.core.fedbss import (
     FedBSS,
+    WarmupState,
     budget_per_epoch,
     budget_positions,
     curriculum_update,
     epoch_indices,
+    fedbss_local_update,
     peak_split,
     score_samples,
 )
@@ -98,3 +100,23 @@ def test_a_negative_budget_is_refused() -> None:
     with pytest.raises(ValueError, match="steps"):
         curriculum_update(model, X, y, batch_size=8, lr=0.1, rho=0.0, policy=FedBSS(0, 2),
                           generator=torch.Generator().manual_seed(0), steps=-1)
+
+
+def test_the_policy_budget_reaches_the_daemons_curriculum_rounds() -> None:
+    # fedbss_local_update (the daemon's path, [learning] fedbss_steps) passes the policy's
+    # step budget on: a curriculum round takes exactly that many steps, 0 = full epochs.
+    state = WarmupState()
+    counts = []
+    for budget in (6, 0):
+        model, X, y = _setup()
+        result, _, curriculum = fedbss_local_update(
+            model, X, y, state=state, policy=FedBSS(warmup_rounds=0, epochs=4,
+                                                   step_budget=budget),
+            steps=10, batch_size=8, lr=0.1, rho=0.0, loss="cross_entropy",
+            generator=torch.Generator().manual_seed(0))
+        assert curriculum
+        counts.append(result.steps)
+    assert counts[0] == 6
+    assert counts[1] > 6  # 4 full epochs of 8-sample batches over the admitted samples
+    with pytest.raises(ValueError, match="step_budget"):
+        FedBSS(step_budget=-1)
