@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from peerd.core.entry import CacheItem, EntryMeta
+from peerd.core.plan import BlendPlan
+from peerd.core.round import Anchor
 
 SCHEMA = "ab" * 32
 
@@ -41,3 +45,18 @@ def item(
         received_from=sender,
         received_at=at,
     )
+
+
+@dataclass
+class PlainOps:
+    """Round ops with only the plain steps, recording the order they were called in: a
+    round with another local policy must refuse them rather than fall back to plain."""
+
+    calls: list[str] = field(default_factory=list)
+
+    def blend(self, plans: Sequence[BlendPlan]) -> None:
+        self.calls.append("blend")
+
+    def train(self, anchors: Sequence[Anchor]) -> str:
+        self.calls.append("train")
+        return "trained"

@@ -29,7 +29,7 @@ from peerd.core.round import (
     cached_dfl_round,
 )
 from peerd.core.staleness import Clock
-from tests.core.helpers import item, meta
+from tests.core.helpers import PlainOps, item, meta
 
 
 def test_kl_by_hand() -> None:
@@ -191,18 +191,6 @@ class KnowledgeRecorder:
         return "distilled"
 
 
-@dataclass
-class PlainRecorder:
-    calls: list[str] = field(default_factory=list)
-
-    def blend(self, plans: Sequence[BlendPlan]) -> None:
-        self.calls.append("blend")
-
-    def train(self, anchors: Sequence[Anchor]) -> str:
-        self.calls.append("train")
-        return "trained"
-
-
 def _agents() -> list[RoundAgent]:
     return [RoundAgent(meta("a", 5), (item("b", 4), item("c", 3))),
             RoundAgent(meta("b", 4), (item("a", 5),))]
@@ -239,7 +227,7 @@ def test_the_defaults_are_the_cached_dfl_round() -> None:
 
 
 def test_distillation_needs_knowledge_ops() -> None:
-    ops = PlainRecorder()
+    ops = PlainOps()
     with pytest.raises(TypeError, match="KnowledgeOps"):
         cached_dfl_round(_agents(), clock=Clock.rounds(5), policy=AlphaPolicy.parse("uniform"),
                          rho=0.0, ops=ops, blend=BlendPolicy.NONE, local=Distillation())

@@ -32,7 +32,7 @@ from peerd.core.local_update import local_update
 from peerd.core.plan import BlendPlan
 from peerd.core.round import Anchor, RoundAgent, cached_dfl_round
 from peerd.core.staleness import Clock
-from tests.core.helpers import item, meta
+from tests.core.helpers import PlainOps, item, meta
 
 # ------------------------------------------------------------------ §16.2 scores
 
@@ -273,18 +273,6 @@ class CurriculumRecorder:
         return "curriculum"
 
 
-@dataclass
-class PlainOnly:
-    calls: list[str] = field(default_factory=list)
-
-    def blend(self, plans: Sequence[BlendPlan]) -> None:
-        self.calls.append("blend")
-
-    def train(self, anchors: Sequence[Anchor]) -> str:
-        self.calls.append("train")
-        return "trained"
-
-
 def _agents() -> list[RoundAgent]:
     return [RoundAgent(meta("a", 5), (item("b", 4),))]
 
@@ -300,7 +288,7 @@ def test_round_blends_then_runs_the_curriculum() -> None:
 
 
 def test_fedbss_needs_curriculum_ops() -> None:
-    ops = PlainOnly()
+    ops = PlainOps()
     with pytest.raises(TypeError, match="CurriculumOps"):
         cached_dfl_round(_agents(), clock=Clock.rounds(5), policy=AlphaPolicy.parse("uniform"),
                          rho=0.0, ops=ops, local=FedBSS())
