@@ -1,7 +1,8 @@
 """Real `peerd run` daemons: peak memory idle and during an exchange, and time to first peer.
 
     .venv/bin/python -m benchmarks.bench_daemon [--params 11000000] [--capacity 2]
-        [--memory-runs 3] [--mesh-runs 2] [--skip-rss] [--skip-mesh] [--no-write]
+        [--memory-runs 3] [--mesh-runs 2] [--start-runs 5] [--compare REV] [--skip-rss]
+        [--skip-mesh] [--skip-start] [--no-write]
 
 1. **Memory** (loopback, mDNS off): a daemon M whose task's model has ``--params`` float32
    parameters (44 MB at the default; an MLP of 10 hidden layers ~1044 wide) runs alone until it has trained and published a few
@@ -17,6 +18,9 @@
    task): both daemons start at the same instant; from each daemon's log, seconds from
    its start (``Popen``) to "listening", to the first "discovered" and to the first
    "received N entries". Needs root and iproute2; mDNS never leaves the namespaces.
+3. **Start-up** (:mod:`benchmarks._startup`): launch → READY=1 of one node, and launch →
+   first entry in fresh two-namespace meshes, ``--start-runs`` times, each next to
+   ``python -c "import torch"``; with ``--compare REV`` also the daemon of that revision.
 
 Daemons are always stopped (SIGTERM, then SIGKILL) and namespaces deleted, also on errors.
 The daemons load their task from this module (``benchmarks.bench_daemon:bench_task``), so
@@ -41,6 +45,7 @@ from typing import Any
 import torch
 
 from benchmarks._daemons import REPO, Daemon, make_fleet, running, vm_of, wait_for, write_config
+from benchmarks._startup import START_JSON, bench_start, save_start, start_report
 from peerd.learn.models import MLP
 from peerd.learn.tasks import FLEET_INIT_SEED, TaskData
 from peerd.net.framing import FramedStream
@@ -461,6 +466,11 @@ def main() -> None:
     ap.add_argument("--skip-rss", action="store_true")
     ap.add_argument("--skip-mesh", action="store_true")
     ap.add_argument("--mesh-runs", type=int, default=2)
+    ap.add_argument("--skip-start", action="store_true")
+    ap.add_argument("--start-runs", type=int, default=5,
+                    help="rounds of the start-up timings (READY=1, first entry; medians)")
+    ap.add_argument("--compare", metavar="REV",
+                    help="also time the daemon of this git revision, interleaved")
     ap.add_argument("--memory-runs", type=int, default=3,
                     help="memory phases to run; the report shows the one with the highest peak")
     ap.add_argument("--no-write", action="store_true", help="print, don't touch docs/benchmarks.md")
@@ -483,6 +493,7 @@ def main() -> None:
         mem["all_peaks"] = [r["exchange"]["VmHWM"] for r in runs]
     parts = None if args.skip_rss else bench_breakdown(args.params, args.capacity)
     mesh = None if args.skip_mesh else bench_mesh(args.mesh_runs)
+    start = None if args.skip_start else bench_start(args.start_runs, args.compare)
     argv = " ".join(sys.argv[1:])
     lines = [
         "## Daemon: memory and time to first peer",
@@ -500,12 +511,26 @@ def main() -> None:
     if mesh is not None:
         lines += mesh_report(mesh)
     text = "\n".join(lines)
-    print(text)
-    print({"memory": mem, "breakdown": parts, "mesh": mesh})
+    # Its own section: start-up can be re-measured (--skip-rss --skip-mesh) without
+    # replacing the memory rows above it.
+    started = None if start is None else "\n".join([
+        "## Daemon: start-up",
+        "",
+        f"Machine: {_machine()}. Command: `.venv/bin/python -m benchmarks.bench_daemon"
+        f"{' ' + argv if argv else ''}` (as root for the namespaces). Every reading: "
+        f"`{START_JSON.relative_to(REPO)}`.",
+        "",
+        *start_report(start)])
+    print(text if started is None else f"{text}\n{started}")
+    print({"memory": mem, "breakdown": parts, "mesh": mesh, "start": start})
     if not args.no_write:
         from benchmarks._report import write_section
 
-        write_section("daemon", text)
+        if mem is not None or mesh is not None:
+            write_section("daemon", text)
+        if start is not None and started is not None:
+            write_section("daemon-start", started)
+            save_start(start)
 
 
 def _machine() -> str:

@@ -50,7 +50,8 @@ def summary(label: str, r: GossipSimResult) -> dict[str, Any]:
         "duplicates": r.duplicates, "deduplicated": r.deduplicated,
         "lost": r.lost, "unreachable": r.unreachable, "busy": r.busy, "timeouts": r.timeouts,
         "refused": dict(r.refused), "max_per_sweep": r.max_per_sweep,
-        "max_inbound_seen": r.max_inbound_seen, "wall_s": r.wall_s,
+        "max_inbound_seen": r.max_inbound_seen,
+        "max_outbound_seen": r.max_outbound_seen, "wall_s": r.wall_s,
         # Rounded: the spread curves of 1,000 nodes are a thousand steps per probe.
         "curves": [[(round(t, 4), round(f, 4)) for t, f in p.curve] for p in r.probes],
     }

@@ -1,6 +1,7 @@
 """A 44 MB entry on loopback: libp2p (Noise+Yamux) vs raw TCP, and a real gossip session.
 
     .venv/bin/python -m benchmarks.bench_transport [--mb 44] [--repeat 3] [--no-write]
+        [--cases raw_entry,tcp2_session,p2p2_session,p2p2_unmended]
 
 Every case runs on a connection opened beforehand, and the cases alternate each repetition
 (median reported), so machine load hits all of them alike. Each time runs from the first
@@ -17,7 +18,13 @@ byte written until the receiver has the whole frame (or has finished the session
   this process and between two daemons: B (its own libp2p host and ``NodeState``, the
   fleet's keys derived from a seed on its command line) runs in a child process and
   reports each session's cached entries on its stdout, which this process checks;
-  plus ``verify`` + ``accept`` alone, and the raw TCP transfer of the same frame bytes.
+  plus ``verify`` + ``accept`` alone, and the raw TCP transfer of the same frame bytes;
+* the two-process session over raw TCP too (B in a child process, peerd's framing, no
+  libp2p), the baseline the libp2p case is held to, and the two-process libp2p session
+  with py-libp2p's own data path (``peerd.net.mends_throughput`` off on both ends, B in a
+  child of its own), so one run shows the mends' effect.
+
+``--cases`` runs only the named cases (printed, never written to ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -25,57 +32,51 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import hashlib
 import os
 import statistics
 import struct
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
 import trio
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmarks._report import machine, write_section
-from peerd.core.entry import Schema
-from peerd.core.validate import ValidationLimits
-from peerd.net.framing import AfterPart, FramedStream, FrameSink, TrioFramedStream
+from benchmarks.transport_peers import (
+    CASE_TIMEOUT_S,
+    CHUNK,
+    FLEET,
+    Fleet,
+    end,
+    n_params,
+    no_handler,
+    run_host,
+    spawn,
+)
+from peerd.net import mends_throughput
+from peerd.net.framing import (
+    AfterPart,
+    FramedStream,
+    FrameSink,
+    TrioFramedStream,
+)
 from peerd.net.gossip import SessionContext, run_session
 from peerd.net.transport import (
     Stream,
     Transport,
-    TransportConfig,
-    open_transport,
     read_frame,
     write_frame,
 )
-from peerd.node.state import NodeState, sign_own, verify
+from peerd.node.state import verify
 from peerd.protocol import messages as msg
-from peerd.protocol.identity import private_key_from_seed, public_key_bytes
-from peerd.protocol.manifest import Manifest
 
 if TYPE_CHECKING:
     # trio_typing (a py-libp2p dependency) installs trio-stubs, which shadow trio's own
     # annotations for mypy and lack TaskStatus; the runtime never imports this.
     from trio_typing import TaskStatus
 
-#: Raw TCP receive size, the same as peerd.net.framing's READ_CHUNK_LEN.
-CHUNK = 1 << 20
-LOOPBACK = TransportConfig(listen_host="127.0.0.1")
-FLEET = bytes(range(16))
-#: Rows of the benchmark model's weight matrices; columns follow from the entry size.
-MODEL_ROWS = 4
-#: Weights are small (the validator's default norm limit is 1e4) but not all zero.
-WEIGHT_SCALE = 0.01
-#: Keeps received entries fresh for the whole run (wall-clock τ_max, seconds).
-TAU_MAX_S = 3600.0
-#: Any one case taking longer means something hangs; fail instead of stalling.
-CASE_TIMEOUT_S = 300.0
 
 Case = Callable[[], Awaitable[None]]
 
@@ -133,129 +134,7 @@ def _frame_case(send: Callable[[], Awaitable[None]], ack: Callable[[], Awaitable
     return case
 
 
-async def _serve(limit: int) -> None:
-    """Receiver in its own process (--serve): prints "peer_id port", serves until stdin EOF."""
-
-    async def receiver(stream: Stream) -> None:
-        while True:
-            body = await read_frame(stream, limit)
-            await write_frame(stream, b"k" if len(body) else b"")
-
-    async with open_transport(Ed25519PrivateKey.generate(), receiver, LOOPBACK) as b:
-        print(b.peer_id, b.port, flush=True)
-        await trio.to_thread.run_sync(sys.stdin.read)
-
-
-async def _serve_sessions(n_params: int, seed: bytes) -> None:
-    """B in its own process (--serve-session): prints "peer_id port", then one line per
-    session, the number of entries it verified and cached ("error …" if the session
-    raised), and serves until stdin EOF."""
-    fleet = Fleet(n_params, seed, sign=False)
-
-    async def receiver(stream: Stream) -> None:
-        try:
-            result = await run_session(stream, fleet.fresh_b(), fleet.ctx,
-                                       peer_id=stream.peer_id, initiator=False)
-        except Exception as exc:
-            print("error", repr(exc), flush=True)
-            raise
-        print(result.received, flush=True)
-
-    async with open_transport(fleet.key_b, receiver, LOOPBACK) as b:
-        print(b.peer_id, b.port, flush=True)
-        await trio.to_thread.run_sync(sys.stdin.read)
-
-
-async def _read_lines(stream: trio.abc.ReceiveStream,
-                      lines: trio.MemorySendChannel[str]) -> None:
-    """Forwards ``stream``'s lines until EOF, then closes ``lines``."""
-    async with lines:
-        buf = b""
-        while chunk := await stream.receive_some(4096):
-            *whole, buf = (buf + chunk).split(b"\n")
-            for line in whole:
-                await lines.send(line.decode())
-
-
-async def _spawn(nursery: trio.Nursery, *args: str
-                 ) -> tuple[trio.Process, trio.MemoryReceiveChannel[str], str, str]:
-    """A child ``--serve…`` process: (process, its stdout lines after the first, its libp2p
-    peer id, its port). Cancelling ``nursery`` kills it; closing its stdin ends it."""
-    cmd = [sys.executable, "-m", "benchmarks.bench_transport", *args]
-    proc: trio.Process = await nursery.start(functools.partial(
-        trio.run_process, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, check=False))
-    send, lines = trio.open_memory_channel[str](100)
-    assert proc.stdout is not None
-    nursery.start_soon(_read_lines, proc.stdout, send)
-    with trio.fail_after(CASE_TIMEOUT_S):
-        peer_id, port = (await lines.receive()).split()
-    return proc, lines, peer_id, port
-
-
-async def _end(proc: trio.Process) -> None:
-    """Closes the child's stdin and waits for it to exit cleanly."""
-    assert proc.stdin is not None
-    await proc.stdin.aclose()
-    with trio.fail_after(30):
-        assert await proc.wait() == 0, proc.returncode
-
-
-async def _no_handler(stream: Stream) -> None:
-    return None
-
-
 # --- gossip sessions ------------------------------------------------------------------------
-
-
-def _n_params(mb: float) -> int:
-    """float32 parameters of a ``mb`` MB entry (the same in the parent and the child)."""
-    return int(mb * 1_000_000) // 4
-
-
-def _model(n_params: int, *, values: bool = True) -> dict[str, torch.Tensor]:
-    """The benchmark model; with ``values=False`` only its shapes (meta tensors)."""
-    g = torch.Generator().manual_seed(0)
-    cols = n_params // MODEL_ROWS
-    return {f"layer{i}.weight": (torch.randn(cols, generator=g) * WEIGHT_SCALE if values
-                                 else torch.empty(cols, device="meta"))
-            for i in range(MODEL_ROWS)}
-
-
-class Fleet:
-    """Two members of one fleet: A holds a signed entry, each B starts empty.
-
-    The keys derive from ``seed``, so a child process given the same seed (and model size)
-    builds the same manifest, schema and B; it skips signing A's entry (``sign=False``).
-    """
-
-    def __init__(self, n_params: int, seed: bytes, *, sign: bool = True) -> None:
-        admin, self.key_a, self.key_b = (
-            private_key_from_seed(hashlib.sha256(seed + role).digest())
-            for role in (b"admin", b"a", b"b"))
-        manifest = Manifest(FLEET, 0)
-        for k in (self.key_a, self.key_b):
-            manifest = manifest.admit(public_key_bytes(k), None)
-        self.manifest = manifest
-        params = _model(n_params, values=sign)
-        self.schema = Schema.of(params)
-        self.ctx = SessionContext(admin_key=public_key_bytes(admin), now=time.time)
-        self.a = self.node(self.key_a)
-        if sign:
-            entry, self.message = sign_own(self.key_a, FLEET, params=params, version=1,
-                                           created_at=time.time(), num_examples=100)
-            self.a.set_own(entry, self.message)
-        #: Entries each libp2p-served session cached (checked after the run).
-        self.served: list[int] = []
-
-    def node(self, key: Ed25519PrivateKey) -> NodeState:
-        return NodeState(key=key, fleet_id=FLEET, manifest=self.manifest, schema=self.schema,
-                         limits=ValidationLimits(), tau_max=TAU_MAX_S, capacity=10)
-
-    def frame_parts(self) -> list[bytes | memoryview]:
-        return [self.message.head(), memoryview(self.message.payload)]
-
-    def fresh_b(self) -> NodeState:
-        return self.node(self.key_b)
 
 
 async def _session_pair(fleet: Fleet, io_a: FramedStream, io_b: FramedStream,
@@ -305,6 +184,7 @@ ROWS = (
     ("raw_frame", "framed bytes, raw TCP (trio)"),
     ("p2p_frame", "framed bytes, peerd.net.transport, one process"),
     ("p2p2_frame", "framed bytes, peerd.net.transport, two processes"),
+    ("p2p_frame_unmended", "framed bytes, libp2p, one process, py-libp2p's own data path (mends 10-13 off)"),
     ("raw_entry", "entry frame bytes, raw TCP (trio)"),
     ("verify", "entry: `verify` + `accept` only, no I/O"),
     ("mem_session", "entry: gossip session, in-memory channels"),
@@ -312,13 +192,18 @@ ROWS = (
     ("spool_session", "entry: the same, spooled to a state directory as the daemon does"),
     ("p2p_session", "entry: gossip session, peerd.net.transport, one process"),
     ("p2p2_session", "entry: gossip session, peerd.net.transport, two processes"),
+    ("tcp2_session", "entry: gossip session, raw TCP + peerd framing, two processes"),
+    ("p2p2_unmended", "entry: the same over libp2p, py-libp2p's own data path (mends 10-13 off)"),
 )
+#: Cases compared with the raw TCP entry bytes (the others with the raw TCP frame).
+ENTRY_CASES = ("raw_entry", "verify", "mem_session", "tcp_session", "spool_session",
+               "p2p_session", "p2p2_session", "tcp2_session", "p2p2_unmended")
 
 
-async def main(mb: float, repeat: int) -> dict[str, list[float]]:
+async def main(mb: float, repeat: int, only: Sequence[str] = ()) -> dict[str, list[float]]:
     payload = os.urandom(int(mb * 1_000_000))
     seed = os.urandom(32)
-    fleet = Fleet(_n_params(mb), seed)
+    fleet = Fleet(n_params(mb), seed)
     entry_bytes = b"".join(fleet.frame_parts())
     limit = max(len(payload), len(entry_bytes))
     cases: dict[str, Case] = {}
@@ -349,14 +234,24 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
                 await read_frame(stream, limit)
                 await write_frame(stream, b"k")
 
-        b = await nursery.start(_run_host, p2p_receiver)
-        a = await nursery.start(_run_host, _no_handler)
+        b = await nursery.start(run_host, p2p_receiver)
+        a = await nursery.start(run_host, no_handler)
         s = await nursery.start(_open_stream, a, b.peer_id, b.listen_addrs)
         cases["p2p_frame"] = _frame_case(functools.partial(write_frame, s, payload),
                                          functools.partial(read_frame, s, 1))
+        # the same with mends 10-13 off on both ends (their connection is made while off)
+        mends_throughput.set_enabled(False)
+        try:
+            ub = await nursery.start(run_host, p2p_receiver)
+            ua = await nursery.start(run_host, no_handler)
+            us = await nursery.start(_open_stream, ua, ub.peer_id, ub.listen_addrs)
+        finally:
+            mends_throughput.set_enabled(True)
+        cases["p2p_frame_unmended"] = _frame_case(functools.partial(write_frame, us, payload),
+                                                  functools.partial(read_frame, us, 1))
 
         # peerd.net.transport to a child process
-        proc, _, child_id, child_port = await _spawn(nursery, "--serve", "--mb", str(mb))
+        proc, _, child_id, child_port = await spawn(nursery, "--serve", "--mb", str(mb))
         s2 = await nursery.start(_open_stream, a, child_id, [f"/ip4/127.0.0.1/tcp/{child_port}"])
         cases["p2p2_frame"] = _frame_case(functools.partial(write_frame, s2, payload),
                                           functools.partial(read_frame, s2, 1))
@@ -388,9 +283,9 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
             # refused-or-dropped temporary file goes with the session (nothing commits it).
             await _session_pair(fleet, tcp_a, tcp_b, spool_ctx)
 
-        gb = await nursery.start(_run_host, functools.partial(_serve_session, fleet),
+        gb = await nursery.start(run_host, functools.partial(_serve_session, fleet),
                                  fleet.key_b)
-        ga = await nursery.start(_run_host, _no_handler, fleet.key_a)
+        ga = await nursery.start(run_host, no_handler, fleet.key_a)
         await ga.connect(gb.peer_id, gb.listen_addrs)
 
         async def p2p_session() -> None:
@@ -403,11 +298,11 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
 
         # B in a child process (as between two daemons), with A on a host of its own: the
         # child's B has key_b too, and one host's connections are keyed by peer id.
-        proc_b, served_b, b2_id, b2_port = await _spawn(
+        proc_b, served_b, b2_id, b2_port = await spawn(
             nursery, "--serve-session", seed.hex(), "--mb", str(mb))
         b2_addrs = [f"/ip4/127.0.0.1/tcp/{b2_port}"]
         assert b2_id == gb.peer_id, (b2_id, gb.peer_id)
-        ga2 = await nursery.start(_run_host, _no_handler, fleet.key_a)
+        ga2 = await nursery.start(run_host, no_handler, fleet.key_a)
         await ga2.connect(b2_id, b2_addrs)
 
         async def p2p2_session() -> None:
@@ -417,19 +312,56 @@ async def main(mb: float, repeat: int) -> dict[str, list[float]]:
                 assert result.sent == 1, result
             # As above; the child reports what it cached on its stdout (checked below).
 
+        # The same between two processes over raw TCP: the baseline for the libp2p case.
+        proc_t, served_t, _, t_port = await spawn(
+            nursery, "--serve-tcp-session", seed.hex(), "--mb", str(mb))
+        tcp2_socket = await trio.open_tcp_stream("127.0.0.1", int(t_port))
+        tcp2 = TrioFramedStream(tcp2_socket, "b")
+
+        async def tcp2_session() -> None:
+            result = await run_session(tcp2, fleet.a, fleet.ctx, peer_id=gb.peer_id,
+                                       initiator=True)
+            assert result.sent == 1, result
+
+        # And over libp2p with py-libp2p's own data path: mends 10-13 off on both ends
+        # (a child of its own; this end's connection is made while they are off).
+        proc_u, served_u, u_id, u_port = await spawn(
+            nursery, "--serve-session", seed.hex(), "--mb", str(mb), "--unmended")
+        u_addrs = [f"/ip4/127.0.0.1/tcp/{u_port}"]
+        gu = await nursery.start(run_host, no_handler, fleet.key_a)
+        mends_throughput.set_enabled(False)
+        try:
+            await gu.connect(u_id, u_addrs)
+        finally:
+            mends_throughput.set_enabled(True)
+
+        async def p2p2_unmended() -> None:
+            async with gu.open_stream(u_id, u_addrs) as stream:
+                result = await run_session(stream, fleet.a, fleet.ctx, peer_id=u_id,
+                                           initiator=True)
+                assert result.sent == 1, result
+
+        cases["tcp2_session"] = tcp2_session
+        cases["p2p2_unmended"] = p2p2_unmended
         cases["verify"] = verify_only
         cases["mem_session"] = mem_session
         cases["tcp_session"] = tcp_session
         cases["spool_session"] = spool_session
         cases["p2p_session"] = p2p_session
         cases["p2p2_session"] = p2p2_session
-        samples = await ainterleaved({k: cases[k] for k, _ in ROWS}, repeat)
-        assert fleet.served == [1] * (repeat + 1), fleet.served  # + the warm-up
-        with trio.fail_after(30):  # the child prints after its side of the session returns
-            served2 = [await served_b.receive() for _ in range(repeat + 1)]
-        assert served2 == ["1"] * (repeat + 1), served2
-        await _end(proc)
-        await _end(proc_b)
+        chosen = [k for k, _ in ROWS if not only or k in only]
+        samples = await ainterleaved({k: cases[k] for k in chosen}, repeat)
+        runs = repeat + 1  # + the warm-up
+        assert fleet.served == [1] * (runs if "p2p_session" in chosen else 0), fleet.served
+        for key, lines in (("p2p2_session", served_b), ("tcp2_session", served_t),
+                           ("p2p2_unmended", served_u)):
+            if key in chosen:
+                with trio.fail_after(30):  # the child prints after its side returns
+                    served2 = [await lines.receive() for _ in range(runs)]
+                assert served2 == ["1"] * runs, (key, served2)
+        await tcp2_socket.aclose()
+        for child in (proc, proc_b, proc_t, proc_u):
+            await end(child)
         nursery.cancel_scope.cancel()
     spool_tmp.cleanup()
     return samples
@@ -439,14 +371,6 @@ async def _serve_session(fleet: Fleet, stream: Stream) -> None:
     result = await run_session(stream, fleet.fresh_b(), fleet.ctx, peer_id=stream.peer_id,
                                initiator=False)
     fleet.served.append(result.received)
-
-
-async def _run_host(handler: Callable[[Stream], Awaitable[None]],
-                    key: Ed25519PrivateKey | None = None, *,
-                    task_status: TaskStatus[Transport] = trio.TASK_STATUS_IGNORED) -> None:
-    async with open_transport(key or Ed25519PrivateKey.generate(), handler, LOOPBACK) as t:
-        task_status.started(t)
-        await trio.sleep_forever()
 
 
 async def _open_stream(t: Transport, peer_id: str, addrs: list[str], *,
@@ -473,9 +397,7 @@ def report(samples: dict[str, list[float]], mb: float, repeat: int, load: tuple[
         "| --- | --- | --- | --- |",
     ]
     for key, label in ROWS:
-        base = med["raw_entry"] if key in ("verify", "mem_session", "tcp_session",
-                                            "spool_session", "p2p_session", "p2p2_session",
-                                            "raw_entry") else med["raw_frame"]
+        base = med["raw_entry"] if key in ENTRY_CASES else med["raw_frame"]
         lines.append(f"| {label} | {med[key]:.3f} | {mb / med[key]:.1f} | "
                      f"{med[key] / base:.1f}× |")
     net = med["p2p_session"] - med["tcp_session"]
@@ -488,8 +410,31 @@ def report(samples: dict[str, list[float]], mb: float, repeat: int, load: tuple[
         "The one-process libp2p cases share one core and the GIL between sender and receiver; "
         "between two processes, as between two daemons, the session takes "
         f"{med['p2p2_session']:.2f} s.",
+        "",
+        summary(samples, mb),
     ]
     return "\n".join(lines)
+
+
+def summary(samples: dict[str, list[float]], mb: float) -> str:
+    """The issue-14 figure: the two-process libp2p session against raw TCP in this run."""
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    p2p, tcp, raw = med["p2p2_session"], med["tcp2_session"], med["raw_entry"]
+    text = (f"Between two processes, an entry through a gossip session over libp2p: "
+            f"{mb / p2p:.1f} MB/s, {tcp / p2p:.2f}× the same session over raw TCP "
+            f"({mb / tcp:.1f} MB/s) and {raw / p2p:.2f}× raw TCP moving the entry's bytes "
+            f"({mb / raw:.1f} MB/s)")
+    if "p2p2_unmended" in med:
+        old = med["p2p2_unmended"]
+        text += (f"; with py-libp2p's own data path (mends 10-13 off) {mb / old:.1f} MB/s, "
+                 f"{tcp / old:.2f}× raw TCP's session")
+    text += "."
+    if {"p2p_frame", "p2p_frame_unmended", "raw_frame"} <= med.keys():
+        new, old, raw = med["p2p_frame"], med["p2p_frame_unmended"], med["raw_frame"]
+        text += (f" One frame in one process (no scheduling between processes): libp2p "
+                 f"{mb / new:.1f} MB/s, {raw / new:.2f}× raw TCP ({mb / raw:.1f} MB/s); "
+                 f"with mends 10-13 off {mb / old:.1f} MB/s, {raw / old:.2f}×.")
+    return text
 
 
 if __name__ == "__main__":
@@ -497,21 +442,27 @@ if __name__ == "__main__":
     ap.add_argument("--mb", type=float, default=44.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-write", action="store_true", help="print, don't touch docs/benchmarks.md")
-    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--serve-session", metavar="SEED_HEX", help=argparse.SUPPRESS)
+    ap.add_argument("--cases", default="",
+                    help="comma-separated case keys to run (printed only): "
+                         + ",".join(k for k, _ in ROWS))
     args = ap.parse_args()
-    if args.serve:
-        trio.run(_serve, int(args.mb * 1_000_000) + CHUNK)
-    elif args.serve_session:
-        trio.run(_serve_sessions, _n_params(args.mb), bytes.fromhex(args.serve_session))
+    only = [k for k in args.cases.split(",") if k]
+    if unknown := set(only) - {k for k, _ in ROWS}:
+        ap.error(f"unknown cases: {', '.join(sorted(unknown))}")
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    samples = trio.run(main, args.mb, args.repeat, only)
+    load = (load0, os.getloadavg()[0])
+    if only:
+        print(f"load average {load[0]:.1f} before, {load[1]:.1f} after; "
+              f"{time.perf_counter() - t0:.0f} s")
+        if {"p2p2_session", "tcp2_session", "raw_entry"} <= set(only):
+            print(summary(samples, args.mb))
     else:
-        load0 = os.getloadavg()[0]
-        t0 = time.perf_counter()
-        samples = trio.run(main, args.mb, args.repeat)
-        text = report(samples, args.mb, args.repeat, (load0, os.getloadavg()[0]),
-                      time.perf_counter() - t0)
+        text = report(samples, args.mb, args.repeat, load, time.perf_counter() - t0)
         print(text)
-        for key, _ in ROWS:
-            print(key, " ".join(f"{t:.3f}" for t in samples[key]))
         if not args.no_write:
             write_section("transport", text)
+    for key in samples:
+        print(key, " ".join(f"{t:.3f}" for t in samples[key]),
+              f"median {statistics.median(samples[key]):.3f}")

@@ -39,6 +39,11 @@ STALL_TIMEOUT_S = 120.0
 EXIT_FAILED = 2
 #: The narrowest terminal the live table is laid out for.
 TABLE_WIDTH = 80
+#: The most daemons: 32 with a small model fit a 2-core, 24 GB machine (docs/benchmarks.md,
+#: "Fleet"); each is a Python process of ~300 MB that imports torch.
+MAX_NODES = 32
+#: With ``--round-interval``, τ_max is this many rounds (at least the default 60 s).
+TAU_ROUNDS = 6
 
 
 def _short(node_id: str) -> str:
@@ -54,8 +59,12 @@ def _mesh_table(nodes: list[MeshNode], statuses: list[Status | None], rounds: in
                 elapsed: float) -> Table:
     # One line per node at 80 columns: the cache as a count and its oldest entry's age
     # (`peerd status` on a node lists the entries themselves).
+    # Converged: a node's cache holds min(C, N − 1) entries younger than τ_max (the title
+    # says it for a mesh taller than the terminal, whose last rows are cut).
+    full = sum(1 for s in statuses if s is not None and sum(
+        c.age_s < s.config.tau_max for c in s.cache) >= min(s.config.capacity, len(nodes) - 1))
     table = Table(title=f"peerd demo: {len(nodes)} daemons, target {rounds} rounds "
-                        f"({elapsed:.0f} s)")
+                        f"({elapsed:.0f} s), {full}/{len(nodes)} caches full")
     # "cache": how many entries, the oldest one's age; "acc": validation accuracy.
     for col in ("node", "address", "round", "ver", "cache", "peers", "acc"):
         table.add_column(col, justify="left" if col in ("node", "address", "cache")
@@ -108,7 +117,8 @@ def _summary(nodes: list[MeshNode], statuses: list[Status | None]) -> dict[str, 
                     "round": s.node.round if s else None,
                     "version": s.node.version if s else None,
                     "cache": [c.origin for c in s.cache] if s else [],
-                    "val_accuracy": s.node.val_accuracy if s else None})
+                    "val_accuracy": s.node.val_accuracy if s else None,
+                    "test_accuracy": s.views.test_accuracy if s and s.views else None})
     return {"mode": "namespaces" if nodes and nodes[0].host else "loopback", "nodes": out}
 
 
@@ -117,8 +127,9 @@ KNOWLEDGE_MODELS = ("small", "medium", "large")
 
 
 def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Console,
-              mode: str = "weights") -> None:
-    from peerd.mesh import netns
+              mode: str = "weights", model: str | None = None,
+              round_interval: float | None = None, isolated: bool = False) -> None:
+    from peerd.mesh import cordial, netns
     from peerd.mesh.localmesh import local_mesh
 
     why = netns.unavailable()
@@ -127,9 +138,16 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
         f"on loopback with static peers ({why}; mDNS stays off outside namespaces)"))
     with tempfile.TemporaryDirectory(prefix="peerd-demo-") as tmp:
         knowledge = mode == "knowledge"
-        with local_mesh(Path(tmp), nodes, task=task,
-                        learning={"mode": mode} if knowledge else None,
-                        models=KNOWLEDGE_MODELS if knowledge else None) as mesh:
+        learning: dict[str, object] = {"mode": mode} if knowledge else {}
+        if mode == "cordial":  # Pairwise-10: one MNIST digit per daemon, views between them
+            learning, task = cordial.cordial_learning(nodes, isolated=isolated), cordial.TASK
+        if round_interval is not None:
+            # Entries must outlive a few rounds and a fleet-wide spread, or caches never fill.
+            learning |= {"round_interval_s": round_interval,
+                         "tau_max": max(60.0, TAU_ROUNDS * round_interval)}
+        models = KNOWLEDGE_MODELS if knowledge else None if model is None else (model,)
+        with local_mesh(Path(tmp), nodes, task=task, learning=learning or None,
+                        models=models) as mesh:
             statuses: list[Status | None] = [None] * nodes
             try:
                 statuses = _watch(mesh, rounds, console, as_json)
@@ -140,6 +158,7 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
                 report_failure(str(exc), mesh, as_json)
                 raise typer.Exit(code=EXIT_FAILED) from None
         summary = _summary(mesh, statuses)
+        cordial_acc = cordial.mean_test_accuracy(statuses)
     if as_json:
         print(json.dumps(summary))
         return
@@ -149,6 +168,9 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
     if accs:
         console.print(f"stopped all daemons. mean validation accuracy "
                       f"[bold]{statistics.fmean(accs):.3f}[/bold] over {len(accs)} nodes")
+    if cordial_acc is not None:
+        console.print(f"mean test accuracy [bold]{cordial_acc:.3f}[/bold] "
+                      f"({'isolated' if isolated else 'cordial, with views'})")
 
 
 def _watch(mesh: list[MeshNode], rounds: int, console: Console,
@@ -212,28 +234,62 @@ def _run_inprocess(nodes: int, rounds: int, as_json: bool, console: Console) -> 
 
 
 def demo(
-    nodes: Annotated[int, typer.Option("--nodes", min=2, max=16, help="Daemons.")] = 4,
+    nodes: Annotated[int, typer.Option("--nodes", min=2, max=MAX_NODES,
+                                       help="Daemons.")] = 4,
     rounds: Annotated[int, typer.Option("--rounds", min=1, max=10_000,
                                         help="Stop once every node did this many.")] = 20,
-    task: Annotated[str, typer.Option("--task", help="digits | mnist | fashion-mnist")] = (
-        "digits"),
+    task: Annotated[str | None, typer.Option(
+        "--task", help="digits (the default) | mnist | fashion-mnist; --mode cordial: mnist "
+                       "only")] = None,
     in_process: Annotated[bool, typer.Option("--in-process",
                                              help="No processes or sockets; adds an isolated "
                                                   "baseline.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary.")] = False,
     mode: Annotated[str, typer.Option("--mode", help="weights | knowledge (per-sample logits; "
                                       "the nodes run small, medium and large models in "
-                                      "turn)")] = "weights",
+                                      "turn) | cordial (Pairwise-10 MNIST, one digit per "
+                                      "node, views exchanged)")] = "weights",
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Model of every node (the config's task model key): linear, mlp, "
+                        "small, ... Default: the task's own (digits: an MLP of 4,810 "
+                        "parameters)")] = None,
+    round_interval: Annotated[float | None, typer.Option(
+        "--round-interval", min=0.5, max=3600.0,
+        help="Seconds per round (default 2; τ_max becomes 6 rounds, at least 60 s). "
+             "Longer for many nodes: they share the CPU")] = None,
+    isolated: Annotated[bool, typer.Option(
+        "--isolated", help="--mode cordial: the same daemons, no peer's view used (the "
+                           "baseline)")] = False,
 ) -> None:
     """Start a live local mesh of peerd daemons, show them learn, stop them cleanly.
 
     Each node trains on its own non-IID slice of the task's data, finds the others, swaps
     signed cache entries and blends. Ctrl-C stops everything and prints the summary.
     """
+    if mode not in ("weights", "knowledge", "cordial"):
+        raise typer.BadParameter("choose weights, knowledge or cordial", param_hint="--mode")
+    if mode == "cordial" and task not in (None, "mnist"):
+        # Pairwise-10 is built from MNIST digits: another task cannot be honoured silently.
+        raise typer.BadParameter("--mode cordial runs Pairwise-10 composite MNIST only",
+                                 param_hint="--task")
+    task = task or ("mnist" if mode == "cordial" else "digits")
     if task not in ("digits", "mnist", "fashion-mnist"):
         raise typer.BadParameter("choose digits, mnist or fashion-mnist", param_hint="--task")
-    if mode not in ("weights", "knowledge"):
-        raise typer.BadParameter("choose weights or knowledge", param_hint="--mode")
+    if isolated and mode != "cordial":
+        raise typer.BadParameter("--isolated is for --mode cordial", param_hint="--isolated")
+    if model is not None:
+        from peerd.learn.models import MODELS
+
+        if model not in MODELS and ":" not in model:
+            raise typer.BadParameter(f"choose one of {', '.join(MODELS)} or package.module:attr",
+                                     param_hint="--model")
+        if mode != "weights" or in_process:
+            raise typer.BadParameter("--model is for weight-mode daemons (knowledge mode runs "
+                                     "its three sizes, cordial mode the paper's LeNet-5)",
+                                     param_hint="--model")
+    if round_interval is not None and in_process:
+        raise typer.BadParameter("--in-process counts rounds, not seconds",
+                                 param_hint="--round-interval")
     console = Console(stderr=as_json)
     if in_process and mode != "weights":
         raise typer.BadParameter("--in-process runs weight mode only", param_hint="--mode")
@@ -242,4 +298,5 @@ def demo(
             raise typer.BadParameter("--in-process runs digits only", param_hint="--task")
         _run_inprocess(nodes, rounds, as_json, console)
     else:
-        _run_mesh(nodes, rounds, task, as_json, console, mode)
+        _run_mesh(nodes, rounds, task, as_json, console, mode, model, round_interval,
+                  isolated)

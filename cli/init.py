@@ -103,11 +103,15 @@ state_dir = {_toml_str(state_dir)}
 # round_interval_s = 10.0
 # max_silence_s = 300.0        # epsilon > 0: republish after this long silent; unset = tau_max/2
 # mode = "weights"             # weights (models, one architecture) | knowledge (logits)
+#                              # | cordial (Pairwise-10 agents exchanging views)
 # key_dim = 64                 # knowledge: sample key width (fleet-wide)
 # distill_beta = 1.5           # knowledge: weight of the KL term towards the teachers
 # distill_temperature = 3.0    # knowledge: softmax temperature of the KL term
 # distill_r = 16               # knowledge: neighbours averaged per sample
 # sample_capacity = 100000     # knowledge: samples kept in the cache over all peers
+# cordial_images_per_digit = 25  # cordial: P; the shared index is 27·P ids, fleet-wide
+# cordial_coordination = true    # cordial: false = isolated baseline (no view used)
+# cordial_warmup_epochs = 50     # cordial: epochs before the coordination layers train
 # blend = "weighted"           # weighted | median | trimmed[:0.1] | clipped[:1.0] | krum[:1]
 # local_policy = "plain"       # plain | fedbss (warm-up, then an easy-to-hard curriculum)
 # fedbss_warmup_rounds = 20    # plain rounds before the curriculum (see docs/operations.md)

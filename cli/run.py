@@ -53,7 +53,7 @@ def run(
     from peerd.control.server import ControlError
     from peerd.daemon.config import ConfigError, load_config
     from peerd.daemon.daemon import Daemon
-    from peerd.daemon.startup import DaemonError, preflight
+    from peerd.daemon.startup import DaemonError, LateStartupError, preflight
     from peerd.learn.data import DataError
     from peerd.learn.tasks import TaskError
     from peerd.net.transport import TransportError
@@ -85,6 +85,9 @@ def run(
         # failure while the daemon was not ready; after that, a crash (traceback, exit 1).
         startup = (DaemonError, TransportError, ControlError, OSError)
         leaves = _leaves(exc)
+        late = [e for e in leaves if isinstance(e, LateStartupError)]
+        if late:  # the data or mDNS, started after READY=1 (systemd stops on 2)
+            raise _startup_failure(late[0]) from None
         if not daemon.ready.is_set() and all(isinstance(e, startup) for e in leaves):
             raise _startup_failure(leaves[0]) from None
         raise

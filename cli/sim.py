@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from peerd.cli import simcordial, simfedcvt
+
+if TYPE_CHECKING:
+    from peerd.sim.engine import Engine
 
 Opt = typer.Option
 
@@ -100,6 +103,16 @@ def sim(
     per_agent_loop: Annotated[bool, Opt(help="Train agents one by one (reference; slow).")] = (
         False
     ),
+    engine: Annotated[str, Opt(help="Where training runs: local (this process) or ray "
+                                    "(shards over Ray actors; pip install 'peerd\\[ray]'). "
+                                    "Same seed, same summary.json on either.")] = "local",
+    address: Annotated[str, Opt(help="ray: the cluster's address (`ray start --head` prints "
+                                     "it); empty: a local Ray.")] = "",
+    workers: Annotated[int, Opt(help="ray: actors training shards (0 = one per cluster "
+                                     "CPU).")] = 0,
+    shard_agents: Annotated[int, Opt(help="Agents per training shard, the unit of work on "
+                                          "every engine (the numbers depend on it, not on the "
+                                          "engine).")] = 100,
     no_plots: Annotated[bool, Opt("--no-plots", help="Skip the PNG plots.")] = False,
     json_output: Annotated[bool, Opt("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -118,9 +131,11 @@ def sim(
 
     from peerd.learn.data import DataError
     from peerd.sim.output import summary_json, write_outputs
+    from peerd.sim.rayengine import RayEngine
     from peerd.sim.runner import SimConfig, run
 
     names = tuple(a.strip() for a in algorithms.split(",") if a.strip())
+    _check_engine(engine, address, workers, knowledge="fedcache" in names)
     cap = _capacity(capacity, agents)
     if "fedcache" in names:
         from peerd.sim.knowledge import knowledge_cli
@@ -176,6 +191,7 @@ def sim(
         eval_samples=eval_samples,
         mixed_schema=mixed_schema,
         batched=not per_agent_loop,
+        shard_agents=shard_agents,
     )
     err = Console(stderr=True)
     try:
@@ -183,6 +199,7 @@ def sim(
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    trainer = _engine(engine, address, workers)  # joining Ray fails here, before the bar
     total = config.rounds * len(config.algorithms)
     # The bar goes to stderr so that `--json` output on stdout stays machine-readable.
     with Progress(
@@ -201,10 +218,13 @@ def sim(
             bar.update(task, advance=1, description=f"round {round_index} {algorithm}")
 
         try:
-            result = run(config, progress)
+            result = run(config, progress, trainer)
         except (DataError, ValueError) as exc:
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from None
+        finally:
+            if isinstance(trainer, RayEngine):
+                trainer.close()  # its actors, and the Ray it started
     write_outputs(result, out, plots=not no_plots)
     summary = summary_json(result)
     if json_output:
@@ -220,6 +240,47 @@ def sim(
             line += f"  (cache: {res['cache_avg_models']:.2f} models"
             line += f", age {age:.2f})" if age is not None else ")"
         console.print(line)
+
+
+def _check_engine(engine: str, address: str, workers: int, *, knowledge: bool) -> None:
+    """``--engine``/``--address``/``--workers``: one line on stderr and exit 2 if unusable."""
+    from peerd.sim.rayengine import INSTALL_HINT, ray_available
+
+    problem = ""
+    if engine not in ("local", "ray"):
+        problem = f"--engine must be local or ray, got {engine!r}"
+    elif engine == "local" and (address or workers):
+        problem = "--address and --workers apply to --engine ray"
+    elif engine == "ray" and knowledge:
+        problem = "--engine ray applies to weight runs (fedcache trains in this process)"
+    elif workers < 0:
+        problem = "--workers must be >= 0"
+    elif engine == "ray" and not ray_available():
+        problem = INSTALL_HINT
+    if problem:
+        _fail(problem)
+
+
+def _fail(problem: str) -> NoReturn:
+    from rich.console import Console
+    from rich.markup import escape
+
+    # escape: the install hint's 'peerd[ray]' is not a style.
+    Console(stderr=True).print(f"[red]error:[/red] {escape(problem)}")
+    raise typer.Exit(2)
+
+
+def _engine(engine: str, address: str, workers: int) -> Engine:
+    """The engine ``--engine`` names: a started (or joined) Ray, or this process."""
+    from peerd.sim.engine import LocalEngine
+    from peerd.sim.rayengine import RayEngine
+
+    if engine == "local":
+        return LocalEngine()
+    try:
+        return RayEngine(address, workers)
+    except RuntimeError as exc:  # no Ray, or none to join at --address
+        _fail(str(exc))
 
 
 def _capacity(value: str, agents: int) -> int:

@@ -41,6 +41,7 @@ from peerd.control.status import (
     OfflineNode,
     OfflineStatus,
     Status,
+    ViewsStatus,
     from_json,
     membership_advice,
     to_json,
@@ -200,6 +201,8 @@ def status_view(status: Status) -> Group:
                       *((_fmt(e.weight),) if weighted else ()), _fmt(e.drift, 4),
                       _short(e.received_from), _ts(e.received_at), _fmt(e.verified))
     parts.append(table)
+    if status.views is not None:
+        parts.append(views_table(status.views))
     peers = status.peers
     connected = sum(1 for p in peers if p.connected)
     parts.append(f"peers: {connected} connected, {len(peers)} known (`peerd peers` for details)")
@@ -218,6 +221,19 @@ def status_view(status: Status) -> Group:
     else:
         parts.append("rejected entries: none")
     return Group(*parts)
+
+
+def views_table(v: ViewsStatus) -> Table:
+    """Cordial mode: whose views are held and how many of the current ids each covers."""
+    use = "coordination on" if v.coordination else "isolated: views not used"
+    table = Table(title=f"views: agent {v.agent} of {v.agents}, {v.ids} ids, {use}, "
+                        f"epoch {_fmt(v.epoch, 1)}, test accuracy {_fmt(v.test_accuracy)}")
+    for col in ("agent", "origin", "version", "age s", "ids", "used"):
+        table.add_column(col, justify="left" if col == "origin" else "right", overflow="fold")
+    for r in v.peers:
+        table.add_row(_fmt(r.agent), _short(r.origin), _fmt(r.version), _fmt(r.age_s, 1),
+                      f"{r.ids}/{v.ids}", "yes" if r.used else "no")
+    return table
 
 
 def _entries(n: int) -> str:

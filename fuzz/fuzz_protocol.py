@@ -8,7 +8,8 @@ Run (the PyPI wheels of atheris bundle libFuzzer; nothing else to install):
     .venv/bin/python fuzz/fuzz_protocol.py /tmp/peerd-corpus -max_len=4096 -timeout=5
 
 The invariant checked: for any input, split into the chunk size its first byte chooses,
-the pipeline (a weight node's admission and a knowledge node's, peerd.protocol.knowledge)
+the pipeline (a weight node's admission, a knowledge node's and a view node's,
+peerd.protocol.knowledge)
 yields messages or raises ProtocolError, never anything else (any other
 exception is a crash libFuzzer reports together with the input that caused it).
 """
@@ -35,7 +36,13 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
     from peerd.protocol.errors import ProtocolError
     from peerd.protocol.frames import FrameDecoder
     from peerd.protocol.identity import node_id_of, private_key_from_seed, public_key_bytes
-    from peerd.protocol.knowledge import KnowledgeSchema, admit_typed, sign_keys, sign_knowledge
+    from peerd.protocol.knowledge import (
+        KnowledgeSchema,
+        admit_typed,
+        sign_keys,
+        sign_knowledge,
+        sign_view,
+    )
     from peerd.protocol.ledger import OriginLedger
     from peerd.protocol.manifest import Manifest
     from peerd.protocol.messages import (
@@ -55,7 +62,9 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
     manifest = Manifest(fleet, 1).admit(public_key_bytes(key), None)
     schema = {"n": ("int64", (1,)), "w": ("float32", (8,))}
     kschema = KnowledgeSchema(key_dim=4, num_classes=3, encoder="fuzz", max_samples=16)
-    limit = max(entry_frame_limit(schema), kschema.frame_limit())
+    vschema = KnowledgeSchema(key_dim=4, num_classes=3, encoder="fuzz", max_samples=16,
+                              view_ids=64)
+    limit = max(entry_frame_limit(schema), kschema.frame_limit(), vschema.frame_limit())
 
     def pipeline(data: bytes) -> None:
         # The first byte picks a chunk size so the fuzzer explores split points too.
@@ -69,8 +78,11 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
                         with contextlib.suppress(ProtocolError):  # then as a knowledge node
                             admit_entry(msg, fleet_id=fleet, manifest=manifest,
                                         ledger=OriginLedger(), schema=schema, now=NOW)
+                        with contextlib.suppress(ProtocolError):  # then as a view node
+                            admit_typed(msg, fleet_id=fleet, manifest=manifest,
+                                        ledger=OriginLedger(), schema=kschema, now=NOW)
                         admit_typed(msg, fleet_id=fleet, manifest=manifest,
-                                    ledger=OriginLedger(), schema=kschema, now=NOW)
+                                    ledger=OriginLedger(), schema=vschema, now=NOW)
             dec.close()
         except ProtocolError:
             pass
@@ -90,7 +102,10 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
     know = sign_knowledge(key, fleet, schema=kschema, version=2, created_at=NOW,
                           ids=np.array([0, 2]), logits=np.ones((2, 3), dtype=np.float32),
                           keys_digest=keys.body.digest)
+    view = sign_view(key, fleet, schema=vschema, version=3, created_at=NOW,
+                     ids=np.array([1, 40]), vectors=np.ones((2, 4), dtype=np.float32))
     seeds = [
+        view.to_message().to_wire(),
         signed.to_message().to_wire(),
         keys.to_message().to_wire(),
         know.to_message().to_wire(),

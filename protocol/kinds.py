@@ -4,8 +4,9 @@
 a weight entry is byte for byte what it always was (golden vectors, external peers). The
 other kinds name themselves in the signed body (``"kind": "knowledge"``) and in Digest
 items (a fifth element). A kind a node does not know is malformed, never skipped: a new
-kind (issue 17's ``views``) is added here, with its payload layout beside
-:mod:`peerd.protocol.knowledge`'s, and documented in docs/protocol.md.
+kind is added here, with its payload layout beside :mod:`peerd.protocol.knowledge`'s, and
+documented in docs/protocol.md. Issue 17's views needed none: a view entry is a knowledge
+entry under a view schema (another layout of the same kind, one admission and cache path).
 
 Constants only: no code, no imports from the rest of the package (messages and entries both
 read it).
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 #: A model's tensors (the original and default kind; never written on the wire).
 WEIGHTS = "weights"
-#: Per-sample logits of an origin's private samples, naming the samples by id (FedCache).
+#: Per-sample logits of an origin's private samples, naming the samples by id (FedCache);
+#: under a view schema, per-sample vectors for ids of a fleet-wide shared index (cordial).
 KNOWLEDGE = "knowledge"
 #: The sample keys (encoder outputs) and labels a knowledge entry's ids refer to: sent once,
 #: referenced by payload digest from every knowledge entry that uses them.

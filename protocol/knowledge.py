@@ -12,6 +12,15 @@ frame and signed body; they differ in ``kind``, ``schema_id`` and the payload's 
   body. It follows the weight entry's rules: the origin's ledger (newer versions only, no
   equivocation, bounded by time), staleness, newest per origin, capacity.
 
+**Views** (issue 17, cordial learning) are knowledge entries under a *view schema*
+(``view_ids > 0``): the same kind, envelope, ledger, staleness and capacity, another layout.
+``ids`` int32 ``[m]`` name samples of the fleet-wide **shared index** (ids in
+``[0, view_ids)``, every node computes the index offline from the same seed, so nothing about
+the samples travels) and ``vectors`` float16 ``[m, key_dim]`` are the origin's per-sample
+vectors for them (cordial learning's embedded outputs h_i). A view entry refers to no keys
+entry: its ``keys_sha256`` carries the view schema's id (the schema names the shared index),
+and a keys entry in a view fleet is SCHEMA_MISMATCH.
+
 An origin's versions are one sequence over all its kinds, so ``(origin, version)`` still
 names one entry in a Want. ``schema_id`` is the :class:`KnowledgeSchema`'s id (key width,
 classes, encoder), never a model's: nodes with different architectures share a fleet, and a
@@ -20,7 +29,8 @@ node refuses an entry of another knowledge schema as SCHEMA_MISMATCH.
 Admission runs the weight entry's steps 1-5 (:func:`peerd.protocol.admission.admit_head`),
 then: kind and schema, sample count (before anything is read), the ledger (knowledge only),
 the payload's length and index against the layout, its SHA-256, then the values (finite,
-bounded logits, unit keys, labels in range, ids strictly increasing). Pure numpy, no torch:
+bounded logits, unit keys, labels in range, ids strictly increasing; for a view, ids
+inside the shared index and bounded finite vectors). Pure numpy, no torch:
 the caller turns the verified arrays into whatever its cache holds.
 """
 
@@ -50,6 +60,8 @@ from peerd.protocol.limits import (
     MAX_KNOWLEDGE_SAMPLES,
     MAX_LOGIT_ABS,
     MAX_STR_LEN,
+    MAX_VIEW_ABS,
+    MAX_VIEW_IDS,
 )
 from peerd.protocol.manifest import Manifest
 from peerd.protocol.messages import Entry
@@ -67,6 +79,7 @@ __all__ = [
     "join_rows",
     "sign_keys",
     "sign_knowledge",
+    "sign_view",
 ]
 
 _SCHEMA_DOMAIN = b"peerd/knowledge-schema/v1\0"
@@ -81,12 +94,17 @@ class KnowledgeSchema:
     ``"random-projection/v1 1x28x28"``); the encoder's seed comes from the fleet id, which the
     envelope already binds. ``max_samples`` is the local bound on one entry's rows, checked
     before a payload is read; it is not part of the id.
+
+    ``view_ids > 0`` makes it a *view schema* (module docstring): knowledge entries then carry
+    ``vectors [m, key_dim]`` for ids of a shared index of ``view_ids`` samples, and
+    ``num_classes`` is the task's label space (part of the id: nodes must agree on it).
     """
 
     key_dim: int
     num_classes: int
     encoder: str
     max_samples: int = MAX_KNOWLEDGE_SAMPLES
+    view_ids: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.key_dim <= MAX_KEY_DIM:
@@ -99,16 +117,30 @@ class KnowledgeSchema:
                 f"max_samples must be in [1, {MAX_KNOWLEDGE_SAMPLES}], got {self.max_samples}")
         if not self.encoder or len(self.encoder) > MAX_STR_LEN or "\n" in self.encoder:
             raise ValueError("encoder must be a non-empty single-line name")
+        if not 0 <= self.view_ids <= MAX_VIEW_IDS:
+            raise ValueError(f"view_ids must be in [0, {MAX_VIEW_IDS}], got {self.view_ids}")
+
+    @property
+    def views(self) -> bool:
+        """A view schema: knowledge entries carry per-sample vectors of a shared index."""
+        return self.view_ids > 0
 
     @property
     def id(self) -> str:
         """The ``schema_id`` of every knowledge and keys entry of this schema (hex)."""
         h = hashlib.sha256(_SCHEMA_DOMAIN)
         h.update(f"{self.key_dim}\n{self.num_classes}\n{self.encoder}\n".encode())
+        if self.views:  # FedCache schemas keep the id they always had
+            h.update(f"views\n{self.view_ids}\n".encode())
         return h.hexdigest()
 
     def layout(self, kind: str, samples: int) -> Schema:
         """The payload's tensors for ``samples`` rows: name -> (wire dtype, shape)."""
+        if kind == KNOWLEDGE and self.views:
+            return {"ids": ("int32", (samples,)),
+                    "vectors": ("float16", (samples, self.key_dim))}
+        if kind == KEYS and self.views:
+            raise ValueError("a view schema has no keys entries")
         if kind == KNOWLEDGE:
             return {"ids": ("int32", (samples,)), "logits": ("float16", (samples,
                                                                           self.num_classes))}
@@ -118,8 +150,8 @@ class KnowledgeSchema:
 
     def frame_limit(self) -> int:
         """Largest entry frame of this schema: what a receiver's FrameDecoder allows."""
-        largest = max(schema_payload_len(self.layout(k, self.max_samples))
-                      for k in (KNOWLEDGE, KEYS))
+        kinds = (KNOWLEDGE,) if self.views else (KNOWLEDGE, KEYS)
+        largest = max(schema_payload_len(self.layout(k, self.max_samples)) for k in kinds)
         return largest + MAX_ENTRY_HEAD_LEN
 
 
@@ -171,6 +203,27 @@ def sign_knowledge(
                       kind=KNOWLEDGE, keys_digest=keys_digest, group=group)
 
 
+def sign_view(
+    key: Ed25519PrivateKey, fleet_id: bytes, *, schema: KnowledgeSchema, version: int,
+    created_at: float, ids: npt.NDArray[Any], vectors: npt.NDArray[Any],
+    group: str | None = None,
+) -> SignedEntry:
+    """Sign an origin's vectors for the shared-index samples ``ids`` (a view schema's
+    knowledge entry; its ``keys_sha256`` is the schema's id)."""
+    if not schema.views:
+        raise ValueError("sign_view needs a view schema (view_ids > 0)")
+    i32 = np.ascontiguousarray(ids, dtype="<i4")
+    f16 = np.ascontiguousarray(vectors, dtype="<f2")
+    m = len(i32)
+    if f16.shape != (m, schema.key_dim):
+        raise ValueError(f"vectors {f16.shape}, need ({m}, {schema.key_dim})")
+    _check_rows(m, schema)
+    _check_view({"ids": i32, "vectors": f16}, schema)
+    return sign_entry(key, fleet_id, version=version, created_at=created_at,
+                      schema_id=schema.id, num_examples=m, tensors={"ids": i32, "vectors": f16},
+                      kind=KNOWLEDGE, keys_digest=schema.id, group=group)
+
+
 def admit_typed(
     message: Entry,
     *,
@@ -193,6 +246,9 @@ def admit_typed(
     if body.schema_id != schema.id:
         raise ProtocolError(Reason.SCHEMA_MISMATCH,
                             f"knowledge schema {body.schema_id[:12]}… != local {schema.id[:12]}…")
+    if schema.views and (body.kind != KNOWLEDGE or body.keys_digest != schema.id):
+        raise ProtocolError(Reason.SCHEMA_MISMATCH,
+                            "a view fleet's entries are knowledge entries naming its schema")
     _check_rows(body.num_examples, schema)  # before the layout's size is even computed
     if body.kind == KNOWLEDGE:
         ledger.check(body.origin, body.version, body.digest, body.created_at)
@@ -213,7 +269,7 @@ def admit_typed(
         raise ProtocolError(Reason.PAYLOAD_MISMATCH, "payload SHA-256 differs from the signed one")
     tensors = decode_tensors(body.tensors, payload)
     if body.kind == KNOWLEDGE:
-        _check_knowledge(tensors, schema)
+        (_check_view if schema.views else _check_knowledge)(tensors, schema)
         if record and isinstance(ledger, OriginLedger):
             ledger.record(body.origin, body.version, body.digest, body.created_at)
     else:
@@ -254,6 +310,21 @@ def _check_knowledge(t: dict[str, npt.NDArray[Any]], schema: KnowledgeSchema) ->
         raise ProtocolError(Reason.NON_FINITE, "NaN or Inf in the logits")
     if float(np.abs(logits).max()) > MAX_LOGIT_ABS:
         raise ProtocolError(Reason.NORM_TOO_LARGE, f"a logit beyond ±{MAX_LOGIT_ABS:g}")
+
+
+def _check_view(t: dict[str, npt.NDArray[Any]], schema: KnowledgeSchema) -> None:
+    ids = t["ids"]
+    if ids[0] < 0 or (len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1]))):
+        raise ProtocolError(Reason.MALFORMED, "sample ids must be >= 0 and strictly increasing")
+    if int(ids[-1]) >= schema.view_ids:
+        raise ProtocolError(Reason.TOO_LARGE,
+                            f"sample id {int(ids[-1])} beyond the shared index's "
+                            f"{schema.view_ids}")
+    vectors = t["vectors"].astype(np.float32)
+    if not bool(np.isfinite(vectors).all()):
+        raise ProtocolError(Reason.NON_FINITE, "NaN or Inf in the vectors")
+    if float(np.abs(vectors).max()) > MAX_VIEW_ABS:
+        raise ProtocolError(Reason.NORM_TOO_LARGE, f"a vector value beyond ±{MAX_VIEW_ABS:g}")
 
 
 def _check_keys(t: dict[str, npt.NDArray[Any]], schema: KnowledgeSchema) -> None:

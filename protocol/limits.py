@@ -117,6 +117,14 @@ MAX_LOGIT_ABS = 1000.0
 #: How far from 1 a key's L2 norm may be (keys are L2-normalised, then rounded to float16:
 #: ~1e-3 relative error). Threat: a zero or huge key breaks cosine similarity in the index.
 KEY_NORM_TOLERANCE = 0.01
+#: Largest shared index a view schema may name (its ids are int32 rows of it). Threat: a
+#: receiver keeps, per origin, a table over the ids it uses; the index size is local config,
+#: but a schema built from a hostile or mistyped value must not overflow int32 ids.
+MAX_VIEW_IDS = 1 << 30
+#: Largest |value| of a view entry's vector (cordial learning's embedded outputs h_j, inputs
+#: of the receiver's coordination layers). Threat: one origin's 6e4 (float16's ceiling) would
+#: saturate every receiver's Λ_j h_j term and its gradients; ReLU embeddings stay within tens.
+MAX_VIEW_ABS = 1000.0
 
 # --- cache groups (peerd.core.cache: capacity_per_group) ---------------------------------
 #: Longest group label an entry's signed body may carry (``group``; characters, all ASCII).

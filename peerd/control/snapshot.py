@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from peerd.control.status import CacheRow, ConfigStatus, NodeStatus, PeerRow, Status, finite
+from peerd.control.status import (
+    CacheRow,
+    ConfigStatus,
+    NodeStatus,
+    PeerRow,
+    Status,
+    ViewsStatus,
+    finite,
+)
 from peerd.node.peers import PeerTable
 
 if TYPE_CHECKING:  # the node state imports torch; the protocols below only need its type
@@ -23,7 +31,7 @@ if TYPE_CHECKING:  # the node state imports torch; the protocols below only need
 
 
 class RoundNumbers(Protocol):
-    """The daemon's last-round numbers (``peerd.daemon.daemon.Metrics``)."""
+    """The daemon's last-round numbers (``peerd.daemon.host.Metrics``)."""
 
     @property
     def round(self) -> int: ...
@@ -79,7 +87,8 @@ def _weight(weights: Mapping[str, float] | None, origin: str) -> float | None:
 def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
                  transport: TransportSnapshot, config: ConfigStatus, listen: Sequence[str],
                  now: float, membership: str = "member",
-                 gossip: Mapping[str, int] | None = None) -> Status:
+                 gossip: Mapping[str, int] | None = None,
+                 views: ViewsStatus | None = None) -> Status:
     clock = node.clock(now)
     cache = tuple(
         CacheRow(
@@ -148,4 +157,5 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
         dropped=dict(sorted(node.dropped.items())),
         flagged=tuple(sorted(node.ledger.flagged)),
         gossip=dict(gossip or {}),
+        views=views,
     )

@@ -146,6 +146,35 @@ class PeerRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ViewRow:
+    """One held view (cordial mode): a peer's per-sample vectors for ids of the shared index."""
+
+    origin: str
+    #: The agent its signed group names (``agent-<j>``); None: none, so it is not used.
+    agent: int | None
+    version: int
+    age_s: float
+    #: How many of the current ids (the shared index) it covers.
+    ids: int
+    #: It was the freshest view of its agent and fed the last round's Λ_j^i.
+    used: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ViewsStatus:
+    """Cordial mode's views: this agent, the current ids and the peers' views held."""
+
+    agent: int
+    agents: int
+    ids: int  # the shared index: every id this node publishes and reads views for
+    coordination: bool  # false: the isolated baseline (views published, none used)
+    epoch: float
+    test_accuracy: float | None  # last round, with the views it used
+    test_loss: float | None
+    peers: tuple[ViewRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """What ``peerd status --json`` prints: one snapshot, never changed once built."""
 
@@ -160,9 +189,14 @@ class Status:
     #: Entry bytes (head + payload) by "sent/KIND" and "received/KIND" since start.
     entry_bytes: Mapping[str, int] = field(default_factory=dict)
     #: Gossip's own bounds at work since start: "busy_refusals" (inbound sessions refused
-    #: while max_inbound_sessions ran) and "duplicates_avoided" (entries left out of a Want
-    #: because another session was fetching them).
+    #: while max_inbound_sessions ran), "duplicates_avoided" (entries left out of a Want
+    #: because another session was fetching them), "sweeps", "dials" (sessions this node
+    #: started), "most_dials_in_a_sweep" (at most ``[network] fanout``) and
+    #: "most_outbound_at_once" (its own sessions running together, older sweeps' included).
     gossip: Mapping[str, int] = field(default_factory=dict)
+    #: Cordial mode (``[learning] mode = "cordial"``): whose views are held, for how many of
+    #: the current ids; None in the other modes.
+    views: ViewsStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,7 +103,10 @@ MIN_ROUND_INTERVAL_S = 0.1
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 #: What a node exchanges: models (every node one architecture) or per-sample knowledge.
-LEARNING_MODES = ("weights", "knowledge")
+LEARNING_MODES = ("weights", "knowledge", "cordial")
+#: Cordial mode's largest P: the shared index (27·P ids) must fit one view entry's rows
+#: (peerd.protocol.limits.MAX_KNOWLEDGE_SAMPLES).
+MAX_CORDIAL_IMAGES_PER_DIGIT = 606
 #: Built-in model names of ``[task] model`` (peerd.learn.models); or package.module:attr.
 
 
@@ -240,6 +243,13 @@ class LearningConfig:
     #: The most cache places the entries of one group may hold (peerd.core.cache: each
     #: group's freshest first, entries without a group fill the rest); None: the C freshest.
     capacity_per_group: int | None = None
+    #: Cordial mode (Pairwise-10; [task] node_index is the agent, node_count the agents, seed
+    #: the shared index's): P images per digit, whether the agent uses its peers' views
+    #: (false: the isolated baseline, views still published), and the epochs its
+    #: coordination layers stay frozen (the paper's K).
+    cordial_images_per_digit: int = 25
+    cordial_coordination: bool = True
+    cordial_warmup_epochs: int = 50
 
     @property
     def alpha_policy(self) -> AlphaPolicy:
@@ -364,6 +374,8 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "fedbss_steps": check_int(0, MAX_FEDBSS_STEPS),
         "group": check_optional(check_group),
         "capacity_per_group": check_optional(check_int(1, MAX_CAPACITY)),
+        "cordial_images_per_digit": check_int(1, MAX_CORDIAL_IMAGES_PER_DIGIT),
+        "cordial_coordination": check_bool, "cordial_warmup_epochs": check_int(0),
     }),
     "validation": (ValidationConfig, {
         "max_norm": check_float(0.0, strict=True), "max_examples": check_int(1),
@@ -483,7 +495,30 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
             raise ConfigError(f'[learning] capacity: at most {most} in mode = "knowledge" '
                               f"(a Digest lists two entries per origin), got "
                               f"{learning.capacity}")
+    if learning is not None and learning.mode == "cordial":
+        _check_cordial(learning, task)
     return Config(**parts, source=source)
+
+
+def _check_cordial(learning: LearningConfig, task: TaskConfig | None) -> None:
+    """Cordial mode runs Pairwise-10: one agent per node, a view per peer agent."""
+    agents = task.node_count if task is not None else 1
+    if task is None or task.name != "mnist":
+        raise ConfigError('[task] name: mode = "cordial" runs Pairwise-10 composite MNIST; '
+                          'set name = "mnist"')
+    if agents < 2 or agents % 2:
+        raise ConfigError('[task] node_count: mode = "cordial" needs an even number of agents '
+                          f">= 2 (digit pairs), got {agents}")
+    if learning.group is not None:
+        raise ConfigError('[learning] group: set by mode = "cordial" (agent-<node_index>), '
+                          "leave it out")
+    if learning.capacity < agents - 1:
+        raise ConfigError(f'[learning] capacity: must be >= node_count - 1 = {agents - 1} in '
+                          f'mode = "cordial" (one view per peer agent), got {learning.capacity}')
+    if learning.blend != "weighted" or learning.epsilon > 0 or \
+            learning.local_policy != "plain":
+        raise ConfigError('[learning] blend, epsilon, local_policy: mode = "cordial" averages no '
+                          "models; leave them at their defaults")
 
 
 def load_config(path: Path) -> Config:

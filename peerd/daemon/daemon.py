@@ -4,7 +4,8 @@ the control socket and systemd together; every decision is delegated to a tested
 Task layout under one trio nursery:
 
 * the **round loop**: blend → K proximal steps → publish, in a worker thread, every
-  ``round_interval_s``; it continues when no peer is in reach;
+  ``round_interval_s``; it continues when no peer is in reach; it starts once the task's
+  data is read, after READY=1 (:mod:`peerd.daemon.launch`), as mDNS does;
 * the **gossip loop**: every few seconds (jittered) a session with each known peer that has
   none running; inbound sessions are served by the transport's stream handler;
 * **discovery** (mDNS) and static peers feed the peer table; they are hints only — the
@@ -22,13 +23,11 @@ budget) is :mod:`peerd.daemon.startup`'s.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import torch
 import trio
@@ -39,17 +38,25 @@ from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import Status
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
-from peerd.daemon import sdnotify
+from peerd.daemon import cordial, sdnotify
 from peerd.daemon.config import Config
+from peerd.daemon.host import Metrics
 from peerd.daemon.knowledge import attach
+from peerd.daemon.launch import load_data
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
 from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
 from peerd.daemon.participation import Participation
-from peerd.daemon.startup import DaemonError, load_manifest, read_node_key, transport_config
+from peerd.daemon.startup import (
+    DaemonError,
+    LateStartupError,
+    load_manifest,
+    read_node_key,
+    transport_config,
+)
 from peerd.daemon.weights import WeightsMode
 from peerd.learn.knowround import task_model
 from peerd.learn.tasks import Task, load_task
-from peerd.net.discovery import Discovery, PeerHint, open_discovery
+from peerd.net.discovery import Discovery, DiscoveryError, PeerHint, open_discovery
 from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
 from peerd.net.transport import Stream, Transport, TransportError, open_transport
 from peerd.node.inflight import InFlight
@@ -67,21 +74,6 @@ log = logging.getLogger(__name__)
 GOSSIP_INTERVAL_S = 3.0
 #: A whole session (hello to last entry) must finish within this; a stalled peer is cut off.
 SESSION_TIMEOUT_S = 300.0
-
-
-@dataclass
-class Metrics:
-    round: int = 0
-    version: int = 0
-    examples: int = 0
-    train_loss: float = math.nan
-    val_loss: float = math.nan
-    val_accuracy: float | None = None
-    alpha: dict[str, float] = field(default_factory=dict)
-    drift: dict[str, float] = field(default_factory=dict)
-    #: The last blend's weights after the robust rule (RoundOutput.weights); None: plan α.
-    weights: dict[str, float] | None = None
-    published_params: Mapping[str, torch.Tensor] | None = None
 
 
 class Daemon:
@@ -132,6 +124,11 @@ class Daemon:
         self._inbound_sessions = 0  # running sessions that peers opened
         #: Inbound sessions refused because max_inbound_sessions were running.
         self.busy_refusals = 0
+        #: Gossip sweeps, sessions this node started, the most started in one sweep and the
+        #: most of ours running at once (a slow one outlives its sweep): fanout at work.
+        self.gossip_counts = {"sweeps": 0, "dials": 0, "most_dials_in_a_sweep": 0,
+                              "most_outbound_at_once": 0}
+        self._outbound_sessions = 0
         #: Weight mode's round and what it carries between rounds (also built in knowledge
         #: mode: _restore marks the model as published there too).
         self.weights = WeightsMode(self)
@@ -139,6 +136,8 @@ class Daemon:
         self.participation = Participation(cfg.node.state_dir, learning.blend, clock=clock)
         #: Knowledge mode (FedCache): the node becomes a KnowledgeState, rounds distil.
         self.knowledge = attach(self) if learning.mode == "knowledge" else None
+        #: Cordial mode: the node holds views under a view schema, rounds train one agent.
+        self.cordial = cordial.attach(self) if learning.mode == "cordial" else None
         self._restore()
 
     # ------------------------------------------------------------------ state
@@ -198,8 +197,9 @@ class Daemon:
 
     # ------------------------------------------------------------------ rounds
     async def _round(self) -> None:
-        if self.knowledge is not None:
-            await self.knowledge.round()
+        typed = self.knowledge or self.cordial
+        if typed is not None:
+            await typed.round()
             published = True
         else:
             published = await self.weights.round()
@@ -238,6 +238,11 @@ class Daemon:
     async def _session(self, stream: Stream, peer_id: str, initiator: bool) -> None:
         # A known peer is reserved (not dialled meanwhile); one that dialled us unannounced
         # enters the table only once this session proved it a member: never a stranger.
+        # Only the session that took the reservation frees it: our sweep's dial took it in
+        # PeerTable.due, and an inbound session that ends meanwhile must not free a peer the
+        # dial still talks to (a fleet of 32 then dialled one peer twice at once).
+        held = self.peers.get(peer_id)
+        owns = held is None or not held.in_session
         known = self.peers.begin_session(peer_id)
         try:
             with trio.move_on_after(SESSION_TIMEOUT_S) as scope:
@@ -264,7 +269,7 @@ class Daemon:
             await self._save_ledger()  # what was accepted or flagged must survive a restart
             await self._trim_connections()
         finally:
-            if known is not None:
+            if known is not None and owns:
                 PeerTable.release(known)
 
     async def _trim_connections(self) -> None:
@@ -352,17 +357,30 @@ class Daemon:
 
     async def _gossip_loop(self, transport: Transport, nursery: trio.Nursery) -> None:
         while True:
-            # Reserved until _dial_and_release ends; at most `fanout` per sweep.
-            for peer in self.peers.due(self.now(), fanout=self.cfg.network.fanout):
+            # Reserved until _dial_and_release ends. At most `fanout` of our sessions run
+            # at once, not merely start per sweep: every discovery and publish wakes this
+            # loop, and 32 daemons sharing 2 cores once had 31 slow sessions each at once.
+            free = max(self.cfg.network.fanout - self._outbound_sessions, 0)
+            due = self.peers.due(self.now(), fanout=free)
+            counts = self.gossip_counts
+            counts["sweeps"] += 1
+            counts["dials"] += len(due)
+            counts["most_dials_in_a_sweep"] = max(counts["most_dials_in_a_sweep"], len(due))
+            for peer in due:
                 nursery.start_soon(self._dial_and_release, transport, peer)
             with trio.move_on_after(GOSSIP_INTERVAL_S * random.uniform(0.5, 1.5)):
                 await self._wake_gossip.wait()
             self._wake_gossip = trio.Event()
 
     async def _dial_and_release(self, transport: Transport, peer: Peer) -> None:
+        self._outbound_sessions += 1
+        counts = self.gossip_counts
+        counts["most_outbound_at_once"] = max(counts["most_outbound_at_once"],
+                                              self._outbound_sessions)
         try:
             await self._dial(transport, peer)
         finally:
+            self._outbound_sessions -= 1
             PeerTable.release(peer)
 
     def _on_peer(self, hint: PeerHint) -> None:
@@ -431,29 +449,38 @@ class Daemon:
                 log.info("listening on %s as %s (control socket %s)",
                          ", ".join(self.listen_addrs), self.node.id, cfg.node.control_socket)
                 self.peers.add_static(cfg.network.static_peers, self.now())
-                if cfg.network.mdns:
-                    interfaces = list(cfg.network.mdns_interfaces) or None
-                    async with open_discovery(
-                        node_id=self.node.id, fleet_id=cfg.fleet.fleet_id.hex(),
-                        port=transport.port, on_peer=self._on_peer,
-                        protocol_version=PROTOCOL_VERSION, interfaces=interfaces,
-                        on_peer_lost=self._on_peer_lost, is_member=self._may_be_member,
-                    ) as discovery:
-                        self._discovery = discovery
-                        try:
-                            await self._serve(transport)
-                        finally:
-                            self._discovery = None
-                else:
-                    await self._serve(transport)
+                await self._serve(transport)
 
     async def _serve(self, transport: Transport) -> None:
         async with trio.open_nursery() as inner:
-            inner.start_soon(self._round_loop)
             inner.start_soon(self._gossip_loop, transport, inner)
+            if self.cfg.network.mdns:  # probing takes a second or two: READY does not wait
+                inner.start_soon(self._discover, transport.port)
+            # READY=1: the control socket answers, the host listens, the manifest is loaded
+            # (docs/operations.md). The data loads after it, while mDNS probes and peers
+            # connect; a failure there still stops the node as a start-up failure.
             self.ready.set()
             sdnotify.ready()
             self.state.audit("ready", addrs=self.listen_addrs)
+            await load_data(self.task)
+            inner.start_soon(self._round_loop)
+
+    async def _discover(self, port: int) -> None:
+        cfg = self.cfg
+        try:
+            async with open_discovery(
+                node_id=self.node.id, fleet_id=cfg.fleet.fleet_id.hex(), port=port,
+                on_peer=self._on_peer, protocol_version=PROTOCOL_VERSION,
+                interfaces=list(cfg.network.mdns_interfaces) or None,
+                on_peer_lost=self._on_peer_lost, is_member=self._may_be_member,
+            ) as discovery:
+                self._discovery = discovery
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    self._discovery = None
+        except DiscoveryError as exc:
+            raise LateStartupError(f"mDNS: {exc}") from None
 
     async def _signals(self, scope: trio.CancelScope) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -481,4 +508,7 @@ class Daemon:
                             listen=self.listen_addrs if t is None else t.listen_addrs,
                             now=self.now(), membership=self.membership(),
                             gossip={"busy_refusals": self.busy_refusals,
-                                    "duplicates_avoided": self._inflight.deduplicated})
+                                    "duplicates_avoided": self._inflight.deduplicated,
+                                    **self.gossip_counts},
+                            views=None if self.cordial is None else self.cordial.status(
+                                self.now()))

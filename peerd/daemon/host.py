@@ -1,15 +1,19 @@
-"""What a round mode (``weights.py``, ``knowledge.py``) uses of the daemon.
+"""What a round mode (``weights.py``, ``knowledge.py``, ``cordial.py``) uses of the daemon.
 
 :class:`peerd.daemon.daemon.Daemon` imports the modes, so they cannot import it back; each
 declares the attributes it reads as a :class:`typing.Protocol` built on :class:`ModeHost`,
-the part they share. Declarations only: nothing here runs.
+the part they share, and the rounds' numbers live here in :class:`Metrics`. Declarations
+only: nothing here runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
+import torch
 from torch import nn
 
 from peerd.daemon.config import Config
@@ -19,6 +23,23 @@ from peerd.node.state import NodeState
 from peerd.store.statedir import StateDir
 
 
+@dataclass
+class Metrics:
+    """The last round's numbers, as ``peerd status`` reports them."""
+
+    round: int = 0
+    version: int = 0
+    examples: int = 0
+    train_loss: float = math.nan
+    val_loss: float = math.nan
+    val_accuracy: float | None = None
+    alpha: dict[str, float] = field(default_factory=dict)
+    drift: dict[str, float] = field(default_factory=dict)
+    #: The last blend's weights after the robust rule (RoundOutput.weights); None: plan α.
+    weights: dict[str, float] | None = None
+    published_params: Mapping[str, torch.Tensor] | None = None
+
+
 class ModeHost(Protocol):
     """The daemon as both round modes see it."""
 
@@ -26,7 +47,7 @@ class ModeHost(Protocol):
     task: Task
     model: nn.Module
     node: NodeState
-    metrics: Any  # peerd.daemon.daemon.Metrics (defined beside Daemon, which imports us)
+    metrics: Metrics
     state: StateDir
     participation: Participation
     now: Callable[[], float]

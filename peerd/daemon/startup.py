@@ -73,6 +73,11 @@ class DaemonError(RuntimeError):
     """Start-up cannot proceed (missing key, bad manifest…); the message says how to fix it."""
 
 
+class LateStartupError(DaemonError):
+    """Start-up work that finishes after READY=1 failed (the task's data, mDNS): still a
+    start-up failure, one line and exit status 2 (``cli/run.py``), not a crash."""
+
+
 def read_node_key(cfg: Config) -> Ed25519PrivateKey:
     """The node's identity key, from its state directory."""
     key_path = cfg.node.state_dir / NODE_KEY_FILE

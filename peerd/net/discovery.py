@@ -411,6 +411,7 @@ def _start(
     choice: list[str | int] | InterfaceChoice = (
         list(published) if interfaces else InterfaceChoice.All)
     zc = Zeroconf(interfaces=choice, ip_version=IPVersion.V4Only, use_asyncio=False)
+    browser: ServiceBrowser | None = None
     try:
         info = ServiceInfo(
             SERVICE_TYPE,
@@ -420,11 +421,15 @@ def _start(
             server=f"{node_id}.local.",
             parsed_addresses=published,
         )
+        # Browse first: registering probes and announces for a second or two, and peers
+        # that announce meanwhile are found at once rather than after it (issue 14).
+        browser = ServiceBrowser(zc, SERVICE_TYPE, handlers=[discovery._on_state_change])
         # The instance name is not trusted by anyone (the TXT id is), so a squatted name
         # is renamed rather than stopping the daemon.
         zc.register_service(info, allow_name_change=True)
-        browser = ServiceBrowser(zc, SERVICE_TYPE, handlers=[discovery._on_state_change])
     except BaseException:
+        if browser is not None:
+            browser.cancel()
         zc.close()
         raise
     return zc, browser, info

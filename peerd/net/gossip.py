@@ -328,7 +328,8 @@ async def _receive_entry(
     io: FrameIO, node: NodeState, ctx: SessionContext, session: Session, limit: int,
     result: SessionResult,
 ) -> None:
-    # The sender blocks on flow control while we wait for a slot: nothing piles up here.
+    # The sender blocks on flow control while we wait for a slot: nothing piles up here
+    # (Yamux's initial 256 KiB at most; mend 10 grows a window only once it is read).
     slots = ctx.receive_slots
     slot: AbstractAsyncContextManager[object] = (
         slots.hold(session.peer_id) if isinstance(slots, ReceiveSlots) else slots or nullcontext())

@@ -13,6 +13,11 @@ entries of origins whose knowledge we hold or are about to receive and whose key
 the asker's order is the sender's, so the knowledge entry arrives (and is verified) before
 the keys entry it names.
 
+Under a view schema (``KnowledgeSchema.view_ids > 0``, cordial learning) the cached knowledge
+entries are peers' **views**: per-sample vectors for ids of the fleet's shared index, which
+name no keys entry (there are none to want or hold); :meth:`KnowledgeState.views` hands them
+to the round. Same ledger, τ_max, newest per origin, C and sample budget.
+
 Like NodeState it reads no clock and does no I/O; verification (:func:`verify_typed`) runs
 in a worker thread on snapshots taken on the loop thread. It holds no torch model and no
 ANN index: :meth:`KnowledgeState.batches` hands the daemon's round the joined rows.
@@ -45,6 +50,7 @@ from peerd.protocol.knowledge import (
     join_rows,
     sign_keys,
     sign_knowledge,
+    sign_view,
 )
 from peerd.protocol.ledger import LedgerView
 from peerd.protocol.manifest import Manifest
@@ -71,6 +77,19 @@ class Rows:
     keys: npt.NDArray[np.float32]
     labels: npt.NDArray[np.int64]
     logits: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRows:
+    """One peer's view: its vectors ``[m, width]`` for the shared-index ``ids`` ``[m]``;
+    ``group``: the cache group its origin signed (cordial mode: which agent it is)."""
+
+    origin: str
+    version: int
+    created_at: float
+    ids: npt.NDArray[np.int64]
+    vectors: npt.NDArray[np.float32]
+    group: str | None = None
 
 
 def held_typed(v: VerifiedTyped) -> TypedHeld:
@@ -203,6 +222,19 @@ class KnowledgeState(NodeState):
         self.reject(reason)
         self._prune()
 
+    def views(self) -> list[ViewRows]:
+        """The cached views (a view schema's knowledge entries), freshest first, as fresh
+        arrays: what the cordial round reads the peers' vectors from."""
+        out: list[ViewRows] = []
+        for item in self.cache:
+            held, meta = item.payload, item.meta
+            if not isinstance(held, TypedHeld) or "vectors" not in held.arrays:
+                continue
+            out.append(ViewRows(meta.origin, meta.version, meta.created_at,
+                                held.arrays["ids"].astype(np.int64),
+                                held.arrays["vectors"].astype(np.float32), meta.group))
+        return out
+
     def batches(self) -> list[Rows]:
         """The cached knowledge joined with its keys, for the round's knowledge cache.
         Entries whose keys have not arrived yet are skipped (they join next round); one whose
@@ -237,3 +269,10 @@ def sign_own_knowledge(key: Ed25519PrivateKey, fleet_id: bytes, schema: Knowledg
     return sign_typed(sign_knowledge(key, fleet_id, schema=schema, version=version,
                                      created_at=created_at, ids=ids, logits=logits,
                                      keys_digest=keys_digest, group=group))
+
+
+def sign_own_view(key: Ed25519PrivateKey, fleet_id: bytes, schema: KnowledgeSchema, *,
+                  version: int, created_at: float, ids: npt.NDArray[np.int32],
+                  vectors: npt.NDArray[np.float32], group: str | None = None) -> TypedHeld:
+    return sign_typed(sign_view(key, fleet_id, schema=schema, version=version,
+                                created_at=created_at, ids=ids, vectors=vectors, group=group))

@@ -125,6 +125,7 @@ class GossipSimResult:
     deduplicated: int = 0  # Want items InFlight left out (duplicate transfers saved)
     max_per_sweep: int = 0  # most sessions one node started in one sweep
     max_inbound_seen: int = 0  # most inbound sessions one node ran at once
+    max_outbound_seen: int = 0  # most of its own sessions one node ran at once (≤ fanout)
     wall_s: float = 0.0
 
     def per_node_interval(self, total: int) -> float:
@@ -180,6 +181,7 @@ class SimNode:
     rng: random.Random
     up: bool = True
     inbound: int = 0
+    outbound: int = 0
     wake: trio.Event = field(default_factory=trio.Event)
 
     @property
@@ -349,7 +351,10 @@ class GossipSim:
         await trio.sleep(node.rng.uniform(0, cfg.interval_s))  # nodes did not start together
         while True:
             if node.up:
-                due = node.peers.due(self.now(), fanout=cfg.fanout)
+                # The daemon's rule: at most `fanout` own sessions at once, so a slow
+                # session holds a slot and a wake-up cannot pile sweeps onto each other.
+                free = None if cfg.fanout is None else max(cfg.fanout - node.outbound, 0)
+                due = node.peers.due(self.now(), fanout=free)
                 self.result.started += len(due)
                 self.result.max_per_sweep = max(self.result.max_per_sweep, len(due))
                 for peer in due:
@@ -362,6 +367,8 @@ class GossipSim:
         r = self.result
         b = self.nodes[peer.id]
         latency = self._link_latency(a.id, b.id)
+        a.outbound += 1
+        r.max_outbound_seen = max(r.max_outbound_seen, a.outbound)
         try:
             await trio.sleep(2 * latency)  # the connection's handshake
             if not (a.up and b.up):
@@ -379,10 +386,15 @@ class GossipSim:
             finally:
                 b.inbound -= 1
         finally:
+            a.outbound -= 1
             PeerTable.release(peer)
 
     async def _session(self, a: SimNode, b: SimNode, peer: Peer, latency: float) -> None:
         r = self.result
+        # As in the daemon's _session: b frees the reservation only if this session took
+        # it; b's own dial to a may hold it, and must not see a dialled twice at once.
+        held = b.peers.get(a.id)
+        owns = held is None or not held.in_session
         known_b = b.peers.begin_session(a.id)
         cut = None
         if self.cfg.loss > 0 and self.rng.random() < self.cfg.loss:
@@ -426,7 +438,7 @@ class GossipSim:
                     r.refused.update(res.refused)
                     r.duplicates += sum(n for k, n in res.refused.items() if k in DUPLICATE)
         finally:
-            if known_b is not None:
+            if known_b is not None and owns:
                 PeerTable.release(known_b)
 
     def _count_bytes(self, side: int, n: int) -> None:

@@ -6,8 +6,8 @@ that differs between them is aggregation, so their curves are directly comparabl
 
 Each round of each algorithm is the core round (:func:`peerd.core.round.cached_dfl_round`)
 for all agents at once: the algorithm's fleet blends (:mod:`peerd.sim.algorithms`), this
-module trains (:mod:`peerd.sim.train`). Owns the run's loop, timing and records; it must not
-decide α or the order of a round.
+module has it trained by an engine (:mod:`peerd.sim.engine`: shards here, or over Ray). Owns
+the run's loop, timing and records; it must not decide α or the order of a round.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from peerd.learn.data import DATASETS, Dataset, check_partition_spec, load_datas
 from peerd.learn.models import build_model, default_model_kind
 from peerd.sim.algorithms import ALGORITHMS, CachedDFL, Contacts, Fleet, make_fleet
 from peerd.sim.attacks import Threat, flipped_labels, threat_of
-from peerd.sim.fedbss import train_curriculum
+from peerd.sim.engine import Engine, LocalEngine, TrainMode, TrainSetup, TrainTask
 from peerd.sim.mobility import GridConfig, ManhattanMobility, contacts
-from peerd.sim.train import draw_batches, evaluate, model_schema, train_batched, train_loop
+from peerd.sim.train import evaluate, model_schema
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,9 @@ class SimConfig:
     eval_samples: int = 0  # 0 = the full test set
     mixed_schema: bool = False  # each agent sees one feature group (tabular data)
     batched: bool = True  # False: the per-agent reference loop (slow; for benchmarks)
+    #: Agents per training shard, the unit of work on every engine (:mod:`peerd.sim.engine`):
+    #: the floats depend on this cut, never on the engine or its workers.
+    shard_agents: int = 100
 
     def validate(self) -> None:
         unknown = [a for a in self.algorithms if a not in ALGORITHMS]
@@ -102,6 +105,7 @@ class SimConfig:
             "round_seconds",
             "eval_every",
             "stats_from",
+            "shard_agents",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1")
@@ -294,44 +298,32 @@ def _closed(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     raise RuntimeError("the blend that closes a run trains nothing")
 
 
-def _trainer(config: SimConfig, model: nn.Module, schema: Schema, x: torch.Tensor,
-             y: torch.Tensor, agent_idx: list[np.ndarray], t: int) -> Trainer:
+def _task(config: SimConfig, t: int, mode: TrainMode, policy: FedBSS | None = None) -> TrainTask:
+    return TrainTask(
+        mode=mode, round_index=t, seed=config.seed, steps=config.local_steps,
+        batch_size=config.batch_size, lr=config.lr, rho=config.rho, policy=policy,
+        fedbss_steps=config.fedbss_steps)
+
+
+def _trainer(config: SimConfig, engine: Engine, t: int) -> Trainer:
     """Round ``t``'s local update for all agents (batched, or the per-agent reference)."""
-    if config.batched:
-        batches = draw_batches(agent_idx, config.local_steps, config.batch_size, config.seed, t)
-        return lambda matrix: train_batched(
-            model, matrix, schema, x, y, batches, lr=config.lr, rho=config.rho
-        )
-    return lambda matrix: train_loop(
-        model,
-        matrix,
-        schema,
-        x,
-        y,
-        agent_idx,
-        steps=config.local_steps,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        rho=config.rho,
-        seed=config.seed,
-        round_index=t,
-    )
+    task = _task(config, t, "batched" if config.batched else "loop")
+    return lambda matrix: engine.train(task, matrix)
 
 
-def _curriculum_trainer(config: SimConfig, local: LocalPolicy, model: nn.Module,
-                        schema: Schema, x: torch.Tensor, y: torch.Tensor,
-                        agent_idx: list[np.ndarray], t: int) -> Trainer | None:
+def _curriculum_trainer(config: SimConfig, local: LocalPolicy, engine: Engine,
+                        t: int) -> Trainer | None:
     """Round ``t``'s FedBSS curriculum for all agents (None: the plain policy)."""
     if not isinstance(local, FedBSS):
         return None
-    return lambda matrix: train_curriculum(
-        model, matrix, schema, x, y, agent_idx, policy=local, batch_size=config.batch_size,
-        lr=config.lr, rho=config.rho, seed=config.seed, round_index=t,
-        steps=config.fedbss_steps)
+    task = _task(config, t, "curriculum", local)
+    return lambda matrix: engine.train(task, matrix)
 
 
-def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
-    """Run every algorithm of ``config``; deterministic for a given config."""
+def run(config: SimConfig, progress: ProgressFn | None = None,
+        engine: Engine | None = None) -> SimResult:
+    """Run every algorithm of ``config``; deterministic for a given config, whichever
+    ``engine`` trains (default: :class:`peerd.sim.engine.LocalEngine`)."""
     config.validate()
     seeds = np.random.SeedSequence(config.seed).spawn(3)
     data = load_dataset(config.dataset)
@@ -360,6 +352,8 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     threat = config.threat()
     if threat.active and threat.attack.kind == "label-flip":
         y_train = flipped_labels(y_train, agent_idx, threat.attackers, data.num_classes)
+    engine = engine if engine is not None else LocalEngine()
+    engine.load(TrainSetup(model, x_train, y_train, agent_idx), config.shard_agents)
     fleets = {
         alg: make_fleet(
             alg,
@@ -381,6 +375,9 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
         "test_samples": len(y_test),
         "examples_per_agent_min": min(num_examples),
         "examples_per_agent_max": max(num_examples),
+        # Where training ran: not in the summary, which is the same on every engine.
+        "engine": engine.name,
+        "workers": engine.workers,
     }
     train_time = 0.0
     agent_steps = 0
@@ -391,16 +388,13 @@ def run(config: SimConfig, progress: ProgressFn | None = None) -> SimResult:
     # last round is closed by a blend alone.
     for t in range(config.rounds + 1):
         closing = t == config.rounds
-        trainer = _closed if closing else _trainer(
-            config, model, schema, x_train, y_train, agent_idx, t
-        )
+        trainer = _closed if closing else _trainer(config, engine, t)
         ticks = next_round() if next_round is not None and not closing else []
         met = np.zeros((config.agents, config.agents), dtype=bool)
         for pairs in ticks:
             met[pairs[:, 0], pairs[:, 1]] = True
         met |= met.T
-        curriculum = _curriculum_trainer(config, local, model, schema, x_train, y_train,
-                                         agent_idx, t)
+        curriculum = _curriculum_trainer(config, local, engine, t)
         for alg, fleet in fleets.items():
             ops = _Ops(fleet, trainer, curriculum_trainer=curriculum, warmup=warmups[alg])
             agents = fleet.agents()

@@ -14,6 +14,7 @@ from rich.console import Console
 from peerd.cli.demo import TABLE_WIDTH, _mesh_table, report_failure
 from peerd.control.status import Status
 from peerd.mesh.localmesh import MeshNode, daemon_argv
+from peerd.mesh.netns import Host
 from tests.daemon.helpers import sample_status
 
 IDS = [f"12D3KooW{'x' * 38}{i:06d}" for i in range(8)]
@@ -42,6 +43,26 @@ def test_the_live_table_is_one_line_per_node_at_80_columns(tmp_path: Path) -> No
     assert all("15, 86399 s" in line for line in body[:6])
     for node in nodes:  # ids shortened one way: "…" and the last 6 characters
         assert sum(f"{node.index} …{node.id[-6:]}" in line for line in lines) == 1
+
+
+def test_a_32_node_mesh_fits_80_columns_and_its_title_counts_full_caches(
+        tmp_path: Path) -> None:
+    ids = [f"12D3KooW{'x' * 38}{i:06d}" for i in range(32)]
+    nodes = [MeshNode(i, tmp_path / f"node{i}", ids[i], 4011, Host(f"h{i}", f"10.78.0.{i + 1}"))
+             for i in range(32)]
+    base = sample_status()
+    full = dataclasses.replace(base, config=dataclasses.replace(base.config, capacity=31),
+                               cache=(base.cache[0],) * 31)  # 31 entries of 12.5 s < τ_max
+    stale_row = dataclasses.replace(base.cache[0], age_s=base.config.tau_max + 1)
+    stale = dataclasses.replace(full, cache=(base.cache[0],) * 30 + (stale_row,))
+    statuses: list[Status | None] = [*([full] * 30), stale, None]
+    console = Console(width=TABLE_WIDTH, record=True, color_system=None)
+    console.print(_mesh_table(nodes, statuses, 20, 95.0))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= TABLE_WIDTH
+    assert len([line for line in lines if line.startswith("│")]) == 32
+    assert any("32 daemons" in line and "30/32 caches full" in line for line in lines), lines
+    assert sum("10.78.0.32 " in line for line in lines) == 1
 
 
 def _died(node: MeshNode, code: int, lines: list[str]) -> None:

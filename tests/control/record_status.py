@@ -51,6 +51,7 @@ def record(out: Path) -> None:
                 first = False
             result = json.loads(line)["result"]
             if (result["cache"] and result["node"]["round"] >= 2
+                    and result["cache"][0]["alpha"] is not None  # blended, not just arrived
                     and any(p["connected"] for p in result["peers"])):
                 (out / "status-running.jsonl").write_bytes(line)
                 return

@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import ConfigStatus, Status, from_json, to_json
 from peerd.core.entry import CacheItem, EntryMeta
 from peerd.core.reasons import Reason
 from peerd.core.staleness import StalenessMode
+from peerd.daemon.host import Metrics as Numbers  # the daemon's own last-round numbers
 from peerd.node.peers import PeerTable
 from peerd.node.state import NodeState, sign_own
 from tests.node.fleet import FLEET, NOW, SCHEMA, key, manifest, model, node
@@ -21,21 +22,6 @@ A, B = key(1), key(2)
 CONFIG = ConfigStatus(tau_max=600.0, staleness="time", capacity=5, rho=0.01, local_steps=10,
                       alpha="uniform", epsilon=0.0, max_silence_s=300.0,
                       round_interval_s=10.0, task="digits")
-
-
-@dataclass
-class Numbers:
-    """Stands in for the daemon's Metrics (the builder only reads these attributes)."""
-
-    round: int = 0
-    version: int = 0
-    examples: int = 0
-    train_loss: float = math.nan
-    val_loss: float = math.nan
-    val_accuracy: float | None = None
-    alpha: dict[str, float] = field(default_factory=dict)
-    drift: dict[str, float] = field(default_factory=dict)
-    weights: dict[str, float] | None = None
 
 
 @dataclass

@@ -24,6 +24,7 @@ from peerd.control.status import (
     PeerRow,
     Status,
     StatusError,
+    ViewsStatus,
     finite,
     from_json,
     peers_from_json,
@@ -215,6 +216,7 @@ def test_the_documented_shape_is_the_schema() -> None:
     assert shape["accepted"] == 0
     assert shape["rejected"] == shape["dropped"] == {"<reason>": 0}
     assert shape["flagged"] == ["<origin>"]
+    assert shape["views"] == names(ViewsStatus)
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from typer.testing import CliRunner
 
 from peerd.cli.app import app
 from peerd.daemon.daemon import Daemon
+from peerd.net.gossip import SessionResult
 from peerd.node.peers import PeerTable
 from peerd.protocol import messages as msg
 from tests.daemon.helpers import fleet_config
@@ -199,3 +201,69 @@ def test_idle_connections_beyond_max_connections_are_closed_oldest_first(
         assert transport.closed == ids[:3]  # at the bound now: nothing more
     finally:
         daemon.transport = None
+
+
+def test_an_inbound_session_that_ends_leaves_our_dial_reserved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 14, item 3: 32 daemons showed a node running 32 of its own sessions at once with
+    # 31 peers: an inbound session freed the peer our dial still held, and it was dialled again.
+    daemon, member, _ = _daemon(tmp_path)
+    daemon.peers.on_hint(member, ["/ip4/10.0.0.2/tcp/4011"], daemon.now())
+    (dialled,) = daemon.peers.due(daemon.now(), fanout=3)  # our sweep reserves it
+    assert dialled.id == member
+
+    async def session(*_args: object, **_kwargs: object) -> SessionResult:
+        return SessionResult(peer=member)
+
+    monkeypatch.setattr("peerd.daemon.daemon.run_session", session)
+
+    class Stream:
+        peer_id = member
+
+    def reserved() -> bool:  # read afresh each time (sessions change it behind our back)
+        return dialled.in_session
+
+    trio.run(daemon._inbound, Stream())  # the member dialled us too; its session ends first
+    assert reserved()
+    assert dialled.sessions == 1
+    assert daemon.peers.due(daemon.now(), fanout=3) == []  # not dialled a second time
+    PeerTable.release(dialled)  # our dial ends
+    assert not reserved()
+    trio.run(daemon._inbound, Stream())  # an inbound session alone reserves and frees it
+    assert not reserved()
+    assert dialled.sessions == 2
+
+
+def test_at_most_fanout_own_sessions_run_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 14, item 3: the fanout bounded what one sweep started, but every discovery and
+    # publish wakes the loop, so slow sessions piled up (31 at once in a fleet of 32).
+    daemon, _, _ = _daemon(tmp_path)
+    for i in range(6):
+        daemon.peers.on_hint(f"peer-{i}", [f"/ip4/10.0.0.{i + 2}/tcp/4011"], daemon.now())
+    finish = trio.Event()
+    dialled: list[str] = []
+
+    async def slow_dial(_transport: object, peer: object) -> None:
+        dialled.append(peer.id)  # type: ignore[attr-defined]
+        await finish.wait()
+
+    monkeypatch.setattr(daemon, "_dial", slow_dial)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(daemon._gossip_loop, None, nursery)
+            for _ in range(5):  # five wake-ups while the first three sessions still run
+                await trio.sleep(1)
+                daemon._wake_gossip.set()
+            assert daemon._outbound_sessions == 3
+            assert len(dialled) == 3  # the wake-ups started nothing more
+            finish.set()  # the sessions end: the next sweep starts the other three
+            await trio.sleep(1)
+            daemon._wake_gossip.set()
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert daemon.gossip_counts["most_outbound_at_once"] == 3
+    assert len(dialled) >= 6  # three, then more once the first three had ended

@@ -96,6 +96,22 @@ def test_digits_is_normalised_and_split() -> None:
     assert ds.y_train.dtype == torch.int64
 
 
+def test_digits_read_without_sklearn_are_sklearns_digits() -> None:
+    # The daemon reads sklearn's bundled file itself (importing sklearn.datasets costs a
+    # second of start-up); it must be exactly what load_digits returns.
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    ds = load_dataset("digits")
+    tr, te = data._split(len(bunch.target), 0.25, seed=0)
+    x_tr, x_te = data._standardise(np.asarray(bunch.data, dtype=np.float64)[tr],
+                                   np.asarray(bunch.data, dtype=np.float64)[te])
+    assert np.array_equal(ds.x_train.numpy(), x_tr.astype(np.float32))
+    assert np.array_equal(ds.x_test.numpy(), x_te.astype(np.float32))
+    assert np.array_equal(ds.y_train.numpy(), bunch.target[tr])
+    assert np.array_equal(ds.y_test.numpy(), bunch.target[te])
+
+
 def test_breast_cancer_has_three_feature_groups() -> None:
     ds = load_dataset("breast_cancer")
     assert ds.feature_groups == ((0, 10), (10, 20), (20, 30))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -79,3 +80,20 @@ def admit_kwargs(ledger: OriginLedger | LedgerView | None = None, **kw: Any) -> 
     }
     base.update(kw)
     return base
+
+
+def surviving_bit_flips(frame: bytes, pipeline: Callable[[bytes], object]) -> list[int]:
+    """Every bit position whose flip ``pipeline`` (decode → verify → admit) does not refuse
+    with a ProtocolError: exhaustive over len(frame) * 8 positions, not a sample."""
+    from peerd.protocol.errors import ProtocolError
+
+    survivors = []
+    for bit in range(len(frame) * 8):
+        data = bytearray(frame)
+        data[bit // 8] ^= 1 << (bit % 8)
+        try:
+            pipeline(bytes(data))
+        except ProtocolError:
+            continue
+        survivors.append(bit)
+    return survivors

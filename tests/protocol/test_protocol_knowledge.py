@@ -32,7 +32,16 @@ from peerd.protocol.ledger import OriginLedger
 from peerd.protocol.limits import MAX_LOGIT_ABS
 from peerd.protocol.messages import Digest, DigestItem, Entry, decode_frame
 from peerd.protocol.wire import pack
-from tests.protocol.helpers import ALICE, BOB, FLEET, MALLORY, NOW, admit_kwargs, entry
+from tests.protocol.helpers import (
+    ALICE,
+    BOB,
+    FLEET,
+    MALLORY,
+    NOW,
+    admit_kwargs,
+    entry,
+    surviving_bit_flips,
+)
 
 KS = KnowledgeSchema(key_dim=4, num_classes=3, encoder="test-encoder", max_samples=8)
 
@@ -315,16 +324,7 @@ def pipeline(stream: bytes, *, chunk: int | None = None) -> int:
 def test_every_single_bit_flip_of_a_typed_frame_is_rejected(kind: str) -> None:
     frame = FRAMES[kind]
     assert pipeline(frame) == 1
-    survivors = []
-    for bit in range(len(frame) * 8):
-        data = bytearray(frame)
-        data[bit // 8] ^= 1 << (bit % 8)
-        try:
-            pipeline(bytes(data))
-        except ProtocolError:
-            continue
-        survivors.append(bit)
-    assert survivors == []
+    assert surviving_bit_flips(frame, pipeline) == []
 
 
 def outcome(stream: bytes, chunk: int | None) -> object:

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from peerd.cli.app import app
 from peerd.core import cordial as cl
+from peerd.learn import pairwise10 as pw
 from peerd.sim import cordial_linear as lin
-from peerd.sim import cordial_mnist as pw
+from peerd.sim.cordial_mnist import run_pairwise10
 
 
 def test_correlation_draw_is_a_correlation_matrix_and_repairs_when_needed() -> None:
@@ -178,7 +179,7 @@ def test_pairwise10_run_shape_on_synthetic_digits(monkeypatch: pytest.MonkeyPatc
               for s, v in labels.items()}
     monkeypatch.setattr(pw, "load_images", lambda: (images, labels))
     seen: list[str] = []
-    summary = pw.run_pairwise10((2,), 3, 6, 2, 0, ("isolated", "cordial"),
+    summary = run_pairwise10((2,), 3, 6, 2, 0, ("isolated", "cordial"),
                                 lambda label, k: seen.append(label))
     assert [(c["n"], c["method"], c["runs"]) for c in summary["configs"]] == [
         (2, "isolated", 2), (2, "cordial", 2)]

@@ -47,6 +47,7 @@ def test_sweeps_start_at_most_fanout_sessions_and_inbound_is_capped() -> None:
     cfg = replace(SMALL, probes=2, latency_s=0.2, max_inbound=1)  # sessions overlap: cap bites
     r = simulate(cfg)
     assert r.max_per_sweep == 3
+    assert r.max_outbound_seen == 3  # slow sessions hold their slots: sweeps cannot pile up
     assert r.max_inbound_seen == 1
     assert r.busy > 0  # dials refused by the cap were backed off, not run
     # A sweep per interval on average (intervals jittered U(0.5, 1.5)), plus the sweep right

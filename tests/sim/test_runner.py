@@ -71,7 +71,8 @@ def test_writes_metrics_and_plots(tmp_path: Path) -> None:
 
 def test_cached_dfl_beats_isolated_on_non_iid_digits() -> None:
     # 20 agents on 5x5 blocks of 200 m, 60 s rounds: ~28 contacts per round. Seen with seeds
-    # 0/1/2 after 15 rounds: cached-dfl 0.83/0.88/0.79, isolated 0.21/0.21/0.23.
+    # 0/1/2 after 15 rounds: cached-dfl 0.85/0.90/0.79, isolated 0.21/0.21/0.23
+    # (docs/results/smoke/).
     cfg = SimConfig(
         dataset="digits",
         partition="shards",

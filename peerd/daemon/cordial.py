@@ -1,0 +1,186 @@
+"""``[learning] mode = "cordial"``: one Pairwise-10 agent per daemon, views between them.
+
+Wiring only, like :mod:`peerd.daemon.knowledge` (the daemon calls :func:`attach` at start-up
+and :meth:`CordialMode.round` every round). The gossip state is
+:class:`peerd.node.knowstate.KnowledgeState` under a **view schema** (peerd.protocol.knowledge:
+views are knowledge entries of another layout, with the same ledger, τ_max and capacities),
+the training :class:`peerd.learn.cordialround.CordialLearner`.
+
+The agent is ``[task] node_index`` of ``node_count``; ``[task] seed`` seeds the shared index,
+so every node draws the same composites and keeps its own digit. The node signs its views
+in cache group ``agent-<index>``, which tells receivers whose Λ_j^i a view feeds. Each round:
+drop stale views; train K steps on the freshest view of every peer agent; publish this
+round's h_i for every id of the index under the node's next version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from typing import Protocol
+
+import numpy as np
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from peerd.control.status import ViewRow, ViewsStatus
+from peerd.daemon import sdnotify
+from peerd.daemon.host import ModeHost
+from peerd.daemon.memory import release_freed_memory
+from peerd.learn.cordialround import (
+    WIDTH,
+    CordialLearner,
+    CordialRoundOutput,
+    PeerView,
+    agent_data,
+    index_size,
+)
+from peerd.node.knowstate import KnowledgeState, sign_own_view
+from peerd.node.state import NodeState
+from peerd.protocol.knowledge import KnowledgeSchema
+from peerd.store.statedir import Counters
+
+log = logging.getLogger(__name__)
+
+_AGENT = re.compile(r"agent-(\d{1,4})")
+
+
+class Daemon(ModeHost, Protocol):
+    """What cordial mode uses of :class:`peerd.daemon.daemon.Daemon` (see
+    :mod:`peerd.daemon.host`)."""
+
+    key: Ed25519PrivateKey
+
+
+def agent_group(index: int) -> str:
+    """The cache group a cordial node signs its views in."""
+    return f"agent-{index}"
+
+
+def agent_of(group: str | None) -> int | None:
+    """The agent a view's signed group names; None when it names none."""
+    m = _AGENT.fullmatch(group or "")
+    return None if m is None else int(m.group(1))
+
+
+def view_schema(agents: int, per_digit: int, seed: int) -> KnowledgeSchema:
+    """What every node of a cordial fleet must agree on: the task, its shared index (agents,
+    P, seed) and the vectors' width."""
+    size = index_size(per_digit)
+    return KnowledgeSchema(key_dim=WIDTH, num_classes=10, max_samples=size, view_ids=size,
+                           encoder=f"cordial-pairwise10/v1 agents={agents} p={per_digit} "
+                                   f"seed={seed}")
+
+
+class CordialMode:
+    """The cordial half of one daemon: its view state, its agent and what status shows."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        cfg = daemon.cfg
+        learning, task = cfg.learning, cfg.task
+        self.index, self.agents = task.node_index, task.node_count
+        self.data = agent_data(self.agents, self.index, learning.cordial_images_per_digit,
+                               task.seed)
+        self.schema = view_schema(self.agents, learning.cordial_images_per_digit, task.seed)
+        base = daemon.node
+        self.node = KnowledgeState(
+            **{f.name: getattr(base, f.name) for f in dataclasses.fields(NodeState)},
+            knowledge=self.schema)
+        self.node.sample_budget = learning.sample_capacity
+        self.node.group = agent_group(self.index)
+        self.learner = CordialLearner(
+            self.data, coordination=learning.cordial_coordination,
+            warmup_epochs=learning.cordial_warmup_epochs, batch_size=learning.batch_size,
+            steps=learning.local_steps, seed=task.seed)
+        self.last: CordialRoundOutput | None = None
+        self._used: dict[int, tuple[str, int, int]] = {}  # agent -> (origin, version, ids)
+
+    def peer_views(self) -> list[PeerView]:
+        """The freshest view of every peer agent (views() is freshest first)."""
+        out: list[PeerView] = []
+        seen: set[int] = set()
+        for v in self.node.views():
+            agent = agent_of(v.group)
+            if agent is None or agent == self.index or agent >= self.agents or agent in seen:
+                continue
+            seen.add(agent)
+            out.append(PeerView(agent, v.ids, v.vectors))
+        return out
+
+    def status(self, now: float) -> ViewsStatus:
+        """Which peers' views are held and how many of the current ids each covers."""
+        size = self.data.size
+        rows = []
+        for v in self.node.views():
+            agent = agent_of(v.group)
+            rows.append(ViewRow(origin=v.origin, agent=agent, version=v.version,
+                                age_s=now - v.created_at,
+                                ids=int(np.count_nonzero(v.ids < size)),
+                                used=agent is not None and
+                                self._used.get(agent, ("",))[0] == v.origin))
+        last = self.last
+        return ViewsStatus(
+            agent=self.index, agents=self.agents, ids=size,
+            coordination=self.daemon.cfg.learning.cordial_coordination,
+            epoch=self.learner.epoch,
+            test_accuracy=None if last is None else last.test_accuracy,
+            test_loss=None if last is None else last.test_loss, peers=tuple(rows))
+
+    async def round(self) -> None:
+        d, node = self.daemon, self.node
+        now = d.now()
+        for item in node.expire(now):
+            d.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
+            d.participation.expired(item.meta.origin, item.meta.version)
+        views = self.peer_views()
+        used = {v.origin: (v.version, v.created_at) for v in node.views()}
+        clock = node.clock(now)
+        out: CordialRoundOutput = await trio.to_thread.run_sync(self.learner.round, views)
+        self.last = out
+        self._used = {}
+        for v in node.views():
+            agent = agent_of(v.group)
+            if agent is not None and agent in out.coverage and agent not in self._used:
+                self._used[agent] = (v.origin, v.version, out.coverage[agent])
+        m = d.metrics
+        m.examples, m.train_loss, m.val_loss = len(self.data.y["train"]), out.train_loss, \
+            out.val_loss
+        m.val_accuracy, m.alpha, m.drift = out.val_accuracy, {}, {}
+        node.round += 1
+        await self._publish(out)
+        m.round = node.round
+        d.participation.knowledge_round(
+            round_no=node.round, own_id=node.id, clock=clock, published=m.version,
+            used=[(o, ver, at) for o, (ver, at) in used.items()
+                  if any(u[0] == o for u in self._used.values())])
+        log.info("round %d: version %d, epoch %.1f, loss %.4f, val acc %.3f, test acc %.3f, "
+                 "views of %d/%d peer agents", node.round, m.version, out.epoch,
+                 out.train_loss, out.val_accuracy, out.test_accuracy, len(out.coverage),
+                 self.agents - 1)
+        release_freed_memory()
+        sdnotify.status(f"round {node.round}, version {m.version}, {len(out.coverage)} views")
+
+    async def _publish(self, out: CordialRoundOutput) -> None:
+        """This round's h_i for every id, under the node's next version (persisted first)."""
+        d, node, m = self.daemon, self.node, self.daemon.metrics
+        version = max(m.version, node.own_max_version_seen) + 1
+        d.state.save_counters(Counters(round=node.round, version=version))
+        key, fleet, schema = d.key, d.cfg.fleet.fleet_id, self.schema
+        ids = np.arange(self.data.size, dtype=np.int32)
+        held = await trio.to_thread.run_sync(lambda: sign_own_view(
+            key, fleet, schema, version=version, created_at=d.now(), ids=ids,
+            vectors=out.views, group=node.group))
+        node.set_own(held.entry, held.message)
+        node.own = held  # the typed holding (set_own recorded the version in the ledger)
+        m.version = version  # the daemon wakes the gossip loop: a new entry to offer
+
+
+def attach(daemon: Daemon) -> CordialMode:
+    """Switch a daemon built for weights to cordial mode: its node becomes a
+    :class:`KnowledgeState` under the view schema, holding the same keys, manifest, ledger
+    and counters."""
+    mode = CordialMode(daemon)
+    daemon.node = mode.node
+    return mode
