@@ -94,10 +94,19 @@ class StatusMetrics(Collector):
         for key, doc in (("busy_refusals", "Inbound sessions refused while "
                           "max_inbound_sessions ran"),
                          ("duplicates_avoided", "Entries left out of a Want because another "
-                          "session was fetching them")):
+                          "session was fetching them"),
+                         ("sweeps", "Gossip sweeps over the known peers"),
+                         ("dials", "Gossip sessions this node started")):
             c = CounterMetricFamily(f"peerd_gossip_{key}", doc)
             c.add_metric([], float(s.gossip.get(key, 0)))
             yield c
+        # High-water marks since start: the fanout bound at work (never above [network] fanout).
+        for key, doc in (("most_dials_in_a_sweep", "Most sessions started in one sweep"),
+                         ("most_outbound_at_once", "Most of this node's own sessions running "
+                          "at once")):
+            g = GaugeMetricFamily(f"peerd_gossip_{key}", doc)
+            g.add_metric([], float(s.gossip.get(key, 0)))
+            yield g
         by_reason: dict[str, float] = {}
         # Refused (hostile or broken) and dropped (benign: stale, not newer, evicted) alike:
         # the two sets of reasons are disjoint, so one labelled counter holds both.

@@ -30,6 +30,7 @@ from peerd.core.blendrules import Krum, parse_rule
 # peerd.core.limits, not peerd.core.validate (torch): `peerd status` loads this module.
 from peerd.core.limits import ValidationLimits
 from peerd.core.updatenorm import NormAction, UpdateNormPolicy
+from peerd.daemon import config_limits as lim
 from peerd.daemon.config_checks import (
     BadValueError,
     Check,
@@ -60,7 +61,6 @@ from peerd.protocol.limits import (
     FLEET_ID_LEN,
     MAX_DIGEST_ITEMS,
     MAX_KEY_DIM,
-    MAX_MEMBERS,
     PUBLIC_KEY_LEN,
 )
 
@@ -74,49 +74,6 @@ STATE_DIR_ENV = "PEERD_STATE_DIR"
 #: The default libp2p port; several daemons on one machine each need their own (or 0).
 DEFAULT_LISTEN_PORT = 4011
 
-#: Largest config file read: a real one is a few KB; refuse to parse a runaway file.
-MAX_CONFIG_FILE_LEN = 1 << 20
-#: Bound on static peers: each is dialled and retried, so the list is a cost, not free data.
-MAX_STATIC_PEERS = 256
-#: Bound on mDNS interface names: a host has a handful; a long list is a mistake.
-MAX_MDNS_INTERFACES = 64
-#: Bound on CSV feature column names (wide tables exist; a million names is a mistake).
-MAX_CSV_FEATURES = 100_000
-#: Bound on a torch thread count: more than the cores only adds contention.
-MAX_TORCH_THREADS = 1024
-#: Bound on concurrent entry receptions: each writes one model-sized temporary file.
-MAX_CONCURRENT_RECEIVES = 64
-#: ``[network] fanout`` above this is a fleet-wide session storm rather than a setting (every
-#: sweep opens this many sessions, each a handshake and a digest exchange).
-MAX_FANOUT = 64
-#: ``[network] max_inbound_sessions`` above this no longer bounds anything: each running
-#: session may hold a digest merge and an entry being received.
-MAX_INBOUND_SESSIONS = 256
-#: Bound on the cache capacity C. The cache keeps one entry per origin and a manifest lists
-#: at most MAX_MEMBERS nodes, so a larger C holds nothing more; it would only inflate the
-#: per-peer byte budget (a burst of C + 1 entries) and the disk a cache may fill.
-MAX_CAPACITY = MAX_MEMBERS
-#: Shortest round interval. The automatic per-peer byte rate is one whole session per
-#: interval, so an interval near 0 would make that budget unbounded (and 0 divides by zero);
-#: a round also trains K steps, which takes longer than this anyway.
-MIN_ROUND_INTERVAL_S = 0.1
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
-#: What a node exchanges: models (every node one architecture) or per-sample knowledge.
-LEARNING_MODES = ("weights", "knowledge", "cordial")
-#: Cordial mode's largest P: the shared index (27·P ids) must fit one view entry's rows
-#: (peerd.protocol.limits.MAX_KNOWLEDGE_SAMPLES).
-MAX_CORDIAL_IMAGES_PER_DIGIT = 606
-#: Built-in model names of ``[task] model`` (peerd.learn.models); or package.module:attr.
-
-
-#: The update-norm history is kept in memory, one float per norm seen: bounds its size.
-MAX_UPDATE_NORM_WINDOW = 100_000
-#: FedBSS trains E passes over the local data per round: bounds a round's compute (a typo of
-#: 1e6 epochs would hold the node in one round for days).
-MAX_FEDBSS_EPOCHS = 1000
-#: ``fedbss_steps`` above this is no budget: a round's steps run back to back on the CPU.
-MAX_FEDBSS_STEPS = 1_000_000
 
 
 class ConfigError(ValueError):
@@ -341,18 +298,18 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
     "node": (NodeConfig, {
         "state_dir": check_path, "socket": check_optional(check_socket_path),
         "socket_group": check_optional(check_str),
-        "torch_threads": check_int(1, MAX_TORCH_THREADS), "lean_memory": check_bool,
-        "log_level": check_choice(*LOG_LEVELS),
+        "torch_threads": check_int(1, lim.MAX_TORCH_THREADS), "lean_memory": check_bool,
+        "log_level": check_choice(*lim.LOG_LEVELS),
     }),
     "network": (NetworkConfig, {
         "listen_host": check_ip, "listen_port": check_int(0, 65535), "mdns": check_bool,
-        "mdns_interfaces": check_str_list(MAX_MDNS_INTERFACES),
-        "static_peers": check_str_list(MAX_STATIC_PEERS, check_multiaddr),
+        "mdns_interfaces": check_str_list(lim.MAX_MDNS_INTERFACES),
+        "static_peers": check_str_list(lim.MAX_STATIC_PEERS, check_multiaddr),
         "metrics_listen": check_optional(check_host_port),
         "peer_bytes_per_s": check_optional(check_int(1)),
-        "max_concurrent_receives": check_int(1, MAX_CONCURRENT_RECEIVES),
-        "fanout": check_int(1, MAX_FANOUT),
-        "max_inbound_sessions": check_int(1, MAX_INBOUND_SESSIONS),
+        "max_concurrent_receives": check_int(1, lim.MAX_CONCURRENT_RECEIVES),
+        "fanout": check_int(1, lim.MAX_FANOUT),
+        "max_inbound_sessions": check_int(1, lim.MAX_INBOUND_SESSIONS),
         "max_connections": check_int(1, MAX_PEERS),
     }),
     "fleet": (FleetConfig, {
@@ -361,20 +318,20 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
     }),
     "learning": (LearningConfig, {
         "tau_max": check_float(0.0), "staleness": check_staleness,
-        "capacity": check_int(0, MAX_CAPACITY), "rho": check_float(0.0),
+        "capacity": check_int(0, lim.MAX_CAPACITY), "rho": check_float(0.0),
         "local_steps": check_int(1),
         "batch_size": check_int(1), "lr": check_float(0.0, strict=True), "alpha": check_alpha,
-        "epsilon": check_float(0.0), "round_interval_s": check_float(MIN_ROUND_INTERVAL_S),
+        "epsilon": check_float(0.0), "round_interval_s": check_float(lim.MIN_ROUND_INTERVAL_S),
         "max_silence_s": check_optional(check_float(0.0, strict=True)),
-        "mode": check_choice(*LEARNING_MODES), "key_dim": check_int(1, MAX_KEY_DIM),
+        "mode": check_choice(*lim.LEARNING_MODES), "key_dim": check_int(1, MAX_KEY_DIM),
         "distill_beta": check_float(0.0), "distill_temperature": check_float(0.0, strict=True),
         "distill_r": check_int(1), "sample_capacity": check_int(1), "blend": check_blend,
         "local_policy": check_choice("plain", "fedbss"), "fedbss_warmup_rounds": check_int(0),
-        "fedbss_epochs": check_int(1, MAX_FEDBSS_EPOCHS), "fedbss_regrow": check_float(0.0),
-        "fedbss_steps": check_int(0, MAX_FEDBSS_STEPS),
+        "fedbss_epochs": check_int(1, lim.MAX_FEDBSS_EPOCHS), "fedbss_regrow": check_float(0.0),
+        "fedbss_steps": check_int(0, lim.MAX_FEDBSS_STEPS),
         "group": check_optional(check_group),
-        "capacity_per_group": check_optional(check_int(1, MAX_CAPACITY)),
-        "cordial_images_per_digit": check_int(1, MAX_CORDIAL_IMAGES_PER_DIGIT),
+        "capacity_per_group": check_optional(check_int(1, lim.MAX_CAPACITY)),
+        "cordial_images_per_digit": check_int(1, lim.MAX_CORDIAL_IMAGES_PER_DIGIT),
         "cordial_coordination": check_bool, "cordial_warmup_epochs": check_int(0),
     }),
     "validation": (ValidationConfig, {
@@ -382,13 +339,13 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "max_future_skew_s": check_float(0.0),
         "update_norm": check_choice("off", "reject", "clip"),
         "update_norm_multiple": check_float(0.0, strict=True),
-        "update_norm_window": check_int(1, MAX_UPDATE_NORM_WINDOW),
-        "update_norm_min_history": check_int(1, MAX_UPDATE_NORM_WINDOW),
+        "update_norm_window": check_int(1, lim.MAX_UPDATE_NORM_WINDOW),
+        "update_norm_min_history": check_int(1, lim.MAX_UPDATE_NORM_WINDOW),
     }),
     "task": (TaskConfig, {
         "name": check_task_name, "partition": check_partition, "node_index": check_int(0),
         "node_count": check_int(1), "seed": check_int(0), "csv_glob": check_optional(check_str),
-        "csv_label": check_str, "csv_features": check_str_list(MAX_CSV_FEATURES),
+        "csv_label": check_str, "csv_features": check_str_list(lim.MAX_CSV_FEATURES),
         "csv_kind": check_choice("classification", "regression"),
         "model": check_optional(check_model_name),
     }),
@@ -525,11 +482,11 @@ def load_config(path: Path) -> Config:
     """Read and validate ``path``; any problem is a :class:`ConfigError` naming the file."""
     try:
         with path.open("rb") as fh:
-            raw = fh.read(MAX_CONFIG_FILE_LEN + 1)
+            raw = fh.read(lim.MAX_CONFIG_FILE_LEN + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    if len(raw) > MAX_CONFIG_FILE_LEN:
-        raise ConfigError(f"config {path} is larger than {MAX_CONFIG_FILE_LEN} bytes")
+    if len(raw) > lim.MAX_CONFIG_FILE_LEN:
+        raise ConfigError(f"config {path} is larger than {lim.MAX_CONFIG_FILE_LEN} bytes")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -60,11 +60,17 @@ def test_accepted_dropped_and_byte_totals_are_served() -> None:
         metrics.update(dataclasses.replace(status, node=node, accepted=6,
                                            dropped={"not_newer": 2, "stale": 1},
                                            gossip={"busy_refusals": 3,
-                                                   "duplicates_avoided": 7}))
+                                                   "duplicates_avoided": 7, "sweeps": 40,
+                                                   "dials": 90, "most_dials_in_a_sweep": 3,
+                                                   "most_outbound_at_once": 2}))
         got = scrape(port)
         assert got["peerd_entries_accepted_total"] == 6.0
         assert got["peerd_gossip_busy_refusals_total"] == 3.0
         assert got["peerd_gossip_duplicates_avoided_total"] == 7.0
+        assert got["peerd_gossip_sweeps_total"] == 40.0
+        assert got["peerd_gossip_dials_total"] == 90.0
+        assert got["peerd_gossip_most_dials_in_a_sweep"] == 3.0
+        assert got["peerd_gossip_most_outbound_at_once"] == 2.0
         assert got['peerd_entries_rejected_total{reason="not_newer"}'] == 2.0
         assert got['peerd_entries_rejected_total{reason="stale"}'] == 2.0  # 1 + 1 dropped
         assert got["peerd_bytes_received_total"] == 99_000.0

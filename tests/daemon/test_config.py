@@ -305,7 +305,7 @@ def test_the_largest_capacity_and_shortest_round_keep_the_byte_budget_finite() -
     import torch
 
     from peerd.core.entry import Schema
-    from peerd.daemon.config import MAX_CAPACITY, MIN_ROUND_INTERVAL_S
+    from peerd.daemon.config_limits import MAX_CAPACITY, MIN_ROUND_INTERVAL_S
     from peerd.daemon.startup import peer_byte_budget
 
     cfg = loads_config(doc(learning={"capacity": MAX_CAPACITY,

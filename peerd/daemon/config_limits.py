@@ -1,0 +1,51 @@
+"""Bounds on the daemon's configuration values, each saying what it protects.
+
+Kept apart from :mod:`peerd.daemon.config` (the dataclasses and the loader) the way
+``peerd.protocol.limits`` keeps the wire's limits: one place to read what a config file can
+ask of a node. Plain constants only.
+"""
+
+from __future__ import annotations
+
+from peerd.protocol.limits import MAX_MEMBERS
+
+#: Largest config file read: a real one is a few KB; refuse to parse a runaway file.
+MAX_CONFIG_FILE_LEN = 1 << 20
+#: Bound on static peers: each is dialled and retried, so the list is a cost, not free data.
+MAX_STATIC_PEERS = 256
+#: Bound on mDNS interface names: a host has a handful; a long list is a mistake.
+MAX_MDNS_INTERFACES = 64
+#: Bound on CSV feature column names (wide tables exist; a million names is a mistake).
+MAX_CSV_FEATURES = 100_000
+#: Bound on a torch thread count: more than the cores only adds contention.
+MAX_TORCH_THREADS = 1024
+#: Bound on concurrent entry receptions: each writes one model-sized temporary file.
+MAX_CONCURRENT_RECEIVES = 64
+#: ``[network] fanout`` above this is a fleet-wide session storm rather than a setting (every
+#: sweep opens this many sessions, each a handshake and a digest exchange).
+MAX_FANOUT = 64
+#: ``[network] max_inbound_sessions`` above this no longer bounds anything: each running
+#: session may hold a digest merge and an entry being received.
+MAX_INBOUND_SESSIONS = 256
+#: Bound on the cache capacity C. The cache keeps one entry per origin and a manifest lists
+#: at most MAX_MEMBERS nodes, so a larger C holds nothing more; it would only inflate the
+#: per-peer byte budget (a burst of C + 1 entries) and the disk a cache may fill.
+MAX_CAPACITY = MAX_MEMBERS
+#: Shortest round interval. The automatic per-peer byte rate is one whole session per
+#: interval, so an interval near 0 would make that budget unbounded (and 0 divides by zero);
+#: a round also trains K steps, which takes longer than this anyway.
+MIN_ROUND_INTERVAL_S = 0.1
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+#: What a node exchanges: models (every node one architecture) or per-sample knowledge.
+LEARNING_MODES = ("weights", "knowledge", "cordial")
+#: Cordial mode's largest P: the shared index (27·P ids) must fit one view entry's rows
+#: (peerd.protocol.limits.MAX_KNOWLEDGE_SAMPLES).
+MAX_CORDIAL_IMAGES_PER_DIGIT = 606
+#: The update-norm history is kept in memory, one float per norm seen: bounds its size.
+MAX_UPDATE_NORM_WINDOW = 100_000
+#: FedBSS trains E passes over the local data per round: bounds a round's compute (a typo of
+#: 1e6 epochs would hold the node in one round for days).
+MAX_FEDBSS_EPOCHS = 1000
+#: ``fedbss_steps`` above this is no budget: a round's steps run back to back on the CPU.
+MAX_FEDBSS_STEPS = 1_000_000
