@@ -42,6 +42,9 @@ class Daemon(DaemonProcess):
     started_at: float = 0.0  # time.time() at Popen
     #: The [fleet] section of its config (admin key, fleet id, manifest path).
     fleet: dict[str, str] = field(default_factory=dict)
+    #: The tree it runs from: `python -m` puts the working directory first on sys.path, so
+    #: this checkout, or an exported older revision (benchmarks._startup.exported).
+    source: Path = REPO
 
     def multiaddr(self) -> str:
         return f"/ip4/{self.address}/tcp/{self.port}/p2p/{self.id}"
@@ -53,7 +56,7 @@ class Daemon(DaemonProcess):
         with self.log.open("ab") as out:
             self.started_at = time.time()
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=REPO,
+                                         stdin=subprocess.DEVNULL, cwd=self.source,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
 
     def check_alive(self) -> None:

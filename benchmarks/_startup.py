@@ -12,6 +12,7 @@ imported by peerd.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -25,11 +26,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._daemons import REPO, Daemon, make_fleet, running, wait_for, write_config
+from benchmarks._daemons import REPO, make_fleet, running, wait_for, write_config
 
 #: Start-up on a loaded 2-core machine: generous; a daemon that misses it fails the run.
 START_TIMEOUT_S = 120.0
@@ -40,25 +40,6 @@ LEARNING = {"round_interval_s": 2.0, "tau_max": 600.0}
 RECV_S = 0.1
 #: Every reading of the last run that wrote docs/benchmarks.md.
 START_JSON = REPO / "docs" / "reproduction" / "daemon-start.json"
-
-
-@dataclass
-class SourceDaemon(Daemon):
-    """A daemon run from ``source``: this checkout, or an exported older revision."""
-
-    source: Path = REPO
-
-    def start(self, env: dict[str, str]) -> None:
-        # `python -m` puts the working directory first on sys.path: run from `source`, its
-        # peerd package is the one imported.
-        argv = [sys.executable, "-m", "peerd.cli", "run", "--config", str(self.config)]
-        if self.netns is not None:
-            argv = self.netns.command(argv)
-        with self.log.open("ab") as out:
-            self.started_at = time.time()
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=self.source,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
 
 
 @contextmanager
@@ -115,7 +96,7 @@ def _ready_once(root: Path, source: Path) -> tuple[float, float]:
     """One fresh node on loopback (mDNS off, task digits): wall seconds from launch to
     READY=1, and the CPU seconds it had used when READY=1 was read."""
     (d,) = make_fleet(root, 1)
-    node: Daemon = SourceDaemon(**{**d.__dict__, "source": source})
+    node = dataclasses.replace(d, source=source)
     write_config(node, static=[], mdns=False, learning=LEARNING, task={"name": "digits"})
     with running([node]), notify_socket(root / "notify") as sock:
         node.start({"NOTIFY_SOCKET": str(root / "notify")})
@@ -139,8 +120,8 @@ def _mesh_once(root: Path, source: Path) -> list[dict[str, float | None]]:
 
     with ExitStack() as stack:
         hosts = stack.enter_context(netns_lan(2))
-        nodes: list[Daemon] = [SourceDaemon(**{**d.__dict__, "source": source})
-                               for d in make_fleet(root, 2, hosts=hosts)]
+        nodes = [dataclasses.replace(d, source=source)
+                 for d in make_fleet(root, 2, hosts=hosts)]
         socks = []
         for i, d in enumerate(nodes):
             write_config(d, static=[], mdns=True, learning=LEARNING,

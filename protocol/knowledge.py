@@ -191,16 +191,9 @@ def sign_knowledge(
     """Sign an origin's logits for the samples ``ids`` of the keys entry ``keys_digest``;
     ``group``: the origin's cache group, as for a weight entry (keys entries carry none:
     they are held beside the knowledge entry that names them, never counted by the cache)."""
-    i32 = np.ascontiguousarray(ids, dtype="<i4")
-    f16 = np.ascontiguousarray(logits, dtype="<f2")
-    m = len(i32)
-    if f16.shape != (m, schema.num_classes):
-        raise ValueError(f"logits {f16.shape}, need ({m}, {schema.num_classes})")
-    _check_rows(m, schema)
-    _check_knowledge({"ids": i32, "logits": f16}, schema)
-    return sign_entry(key, fleet_id, version=version, created_at=created_at,
-                      schema_id=schema.id, num_examples=m, tensors={"ids": i32, "logits": f16},
-                      kind=KNOWLEDGE, keys_digest=keys_digest, group=group)
+    return _sign_rows(key, fleet_id, schema=schema, version=version, created_at=created_at,
+                      ids=ids, name="logits", rows=logits, width=schema.num_classes,
+                      check=_check_knowledge, keys_digest=keys_digest, group=group)
 
 
 def sign_view(
@@ -212,16 +205,30 @@ def sign_view(
     knowledge entry; its ``keys_sha256`` is the schema's id)."""
     if not schema.views:
         raise ValueError("sign_view needs a view schema (view_ids > 0)")
+    return _sign_rows(key, fleet_id, schema=schema, version=version, created_at=created_at,
+                      ids=ids, name="vectors", rows=vectors, width=schema.key_dim,
+                      check=_check_view, keys_digest=schema.id, group=group)
+
+
+def _sign_rows(
+    key: Ed25519PrivateKey, fleet_id: bytes, *, schema: KnowledgeSchema, version: int,
+    created_at: float, ids: npt.NDArray[Any], name: str, rows: npt.NDArray[Any], width: int,
+    check: Callable[[dict[str, npt.NDArray[Any]], KnowledgeSchema], None],
+    keys_digest: str, group: str | None,
+) -> SignedEntry:
+    """Sign int32 ``ids`` and float16 ``rows`` [m, width] under the tensor name ``name``,
+    checked by the layout's own ``check`` (what admission will check) before signing."""
     i32 = np.ascontiguousarray(ids, dtype="<i4")
-    f16 = np.ascontiguousarray(vectors, dtype="<f2")
+    f16 = np.ascontiguousarray(rows, dtype="<f2")
     m = len(i32)
-    if f16.shape != (m, schema.key_dim):
-        raise ValueError(f"vectors {f16.shape}, need ({m}, {schema.key_dim})")
+    if f16.shape != (m, width):
+        raise ValueError(f"{name} {f16.shape}, need ({m}, {width})")
     _check_rows(m, schema)
-    _check_view({"ids": i32, "vectors": f16}, schema)
+    tensors = {"ids": i32, name: f16}
+    check(tensors, schema)
     return sign_entry(key, fleet_id, version=version, created_at=created_at,
-                      schema_id=schema.id, num_examples=m, tensors={"ids": i32, "vectors": f16},
-                      kind=KNOWLEDGE, keys_digest=schema.id, group=group)
+                      schema_id=schema.id, num_examples=m, tensors=tensors,
+                      kind=KNOWLEDGE, keys_digest=keys_digest, group=group)
 
 
 def admit_typed(
