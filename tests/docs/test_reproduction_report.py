@@ -71,6 +71,18 @@ def test_table2_numbers_are_the_summaries() -> None:
         assert float(age) == round(res["cache_avg_age"], 2)
 
 
+def test_table2_compares_every_cell_with_the_paper() -> None:
+    rows = _cells(marked_tables(REPORT.read_text())["table2"])
+    assert len(rows) == len(reproduce_tables.PAPER_TABLE2) == 21
+    for rs, tau, *_, p_models, p_age, m_err, a_err in rows:
+        paper = reproduce_tables.PAPER_TABLE2[(int(rs), int(tau))]
+        assert (float(p_models), float(p_age)) == paper
+        res = json.loads((RESULTS / "table2" / f"rs{rs}-tau{tau}" / "summary.json").read_text()
+                         )["results"]["cached-dfl"]
+        assert m_err == f"{(res['cache_avg_models'] - paper[0]) / paper[0] * 100:+.0f} %"
+        assert a_err == f"{res['cache_avg_age'] - paper[1]:+.2f}"
+
+
 def test_a_hand_edited_number_is_caught() -> None:
     block = marked_tables(REPORT.read_text())["smoke"]
     text = f"<!-- reproduce:table smoke -->\n{block}<!-- /reproduce -->\n"

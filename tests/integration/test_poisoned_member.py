@@ -106,6 +106,18 @@ def _mean_accuracy(statuses: list[dict[str, Any]]) -> float:
     return float(sum(accs)) / len(accs)
 
 
+def _mean_accuracy_over_last(nodes: list[Node], k: int, last: int, everyone: list[Node]
+                             ) -> float:
+    """The honest nodes' mean validation accuracy over ``last`` rounds ending ``k`` rounds
+    from now. A non-IID node's accuracy moves a few points from one round to the next with
+    what its blend held; one snapshot per mesh failed the 5-point bar once in CI
+    (0.891 vs 0.941) where a rerun gave 0.916 vs 0.930."""
+    first = k - last + 1
+    samples = [_mean_accuracy(_after_rounds(nodes, first, everyone))]
+    samples += [_mean_accuracy(_after_rounds(nodes, 1, everyone)) for _ in range(last - 1)]
+    return sum(samples) / len(samples)
+
+
 def test_clipping_keeps_a_sign_flipping_member_out_short(
     tmp_path: Path, lan: Callable[[int], list[NetnsHost]], running: list[Node]
 ) -> None:
@@ -126,7 +138,7 @@ def test_clipping_keeps_honest_accuracy_within_5_points_of_a_clean_mesh(
     good, bad = _mesh(tmp_path / "attacked", hosts, running, honest=3, attacker=True,
                       port=4011)
     assert bad is not None
-    attacked = _mean_accuracy(_after_rounds(good, rounds, [*good, bad]))
+    attacked = _mean_accuracy_over_last(good, rounds, 5, [*good, bad])
     _check_attacker_in_audit(good, bad)
     for me in good:  # once the norms' median is known, its entries are refused, by reason
         records = _audit_of(me)["records"]
@@ -139,7 +151,7 @@ def test_clipping_keeps_honest_accuracy_within_5_points_of_a_clean_mesh(
         x.stop()
     clean_nodes, _ = _mesh(tmp_path / "clean", hosts, running, honest=3, attacker=False,
                            port=4011)
-    clean = _mean_accuracy(_after_rounds(clean_nodes, rounds, clean_nodes))
-    print(f"honest mean val accuracy after {rounds} rounds: attacked {attacked:.3f}, "
+    clean = _mean_accuracy_over_last(clean_nodes, rounds, 5, clean_nodes)
+    print(f"honest mean val accuracy over rounds {rounds - 4}-{rounds}: attacked {attacked:.3f}, "
           f"clean {clean:.3f}")
     assert attacked >= clean - MAX_ACCURACY_LOSS
