@@ -6,7 +6,7 @@ blends. Training converts that matrix to stacked named tensors ``[A, *shape]`` a
 :func:`peerd.core.local_update.batched_local_update` (vmap over agents); the per-agent loop
 (:func:`train_loop`) calls :func:`peerd.core.local_update.local_update` one agent at a time and
 exists as the benchmark's baseline and as the reference the batched path is tested against;
-its loop (:func:`train_each`) also carries :mod:`peerd.sim.fedbss`'s curriculum.
+its loop (:func:`train_each`) also carries the FedBSS curriculum (:mod:`peerd.sim.engine`).
 It must not blend or decide anything of a round (the core round and :mod:`peerd.sim.algorithms`
 do); each agent's batches come from its own seeded generator, never the global RNG.
 """
