@@ -8,7 +8,8 @@ Both commands ask the running daemon over its control socket (same socket resolu
 exit status as `peerd status`): the daemon holds the flags in memory and would write its own
 over any change made beside it. Only when the daemon is not running, and ``--state-dir DIR``
 is given, is the persisted ledger read (exit status 3, like `peerd status`) or changed (exit
-status 0) directly. Thin: the ledger file is :mod:`peerd.store.ledgerfile`'s, the socket
+status 0) directly, under the state directory's lock (refused while a daemon holds it).
+Thin: the ledger file is :mod:`peerd.store.ledgerfile`'s, the socket
 :mod:`peerd.control.server`'s.
 """
 
@@ -39,6 +40,7 @@ from peerd.control.server import (
 )
 from peerd.control.status import Flags, flags_to_json
 from peerd.store import ledgerfile
+from peerd.store import lock as state_lock
 from peerd.store.statedir import StateDir, StateError
 
 app = typer.Typer(
@@ -129,13 +131,21 @@ def clear(
         _offline(state_dir, exc)
     assert state_dir is not None  # _offline exits otherwise
     try:
-        state = StateDir(state_dir)  # writable: the daemon is down
-        cleared = ledgerfile.clear_flag(state, origin)
+        # The daemon's own lock: a daemon that starts on this directory meanwhile (or one
+        # whose socket is elsewhere) would write its ledger over this change.
+        with state_lock.acquire(state_dir):
+            state = StateDir(state_dir)
+            cleared = ledgerfile.clear_flag(state, origin)
+            if cleared:
+                state.audit("flag_cleared", origin=origin, offline=True)
+    except state_lock.StateLockError as exc:
+        typer.echo(f"error: {exc}; clear the flag through that daemon's control socket "
+                   "(--socket)", err=True)
+        raise typer.Exit(EXIT_ERROR) from None
     except (StateError, OSError) as exc:
         typer.echo(f"error: cannot change the ledger in {state_dir}: {exc}", err=True)
         raise typer.Exit(EXIT_ERROR) from None
     if not cleared:
         typer.echo(f"error: {origin} is not flagged in {state_dir}", err=True)
         raise typer.Exit(EXIT_ERROR)
-    state.audit("flag_cleared", origin=origin, offline=True)
     _print_persisted(state, origin, as_json)

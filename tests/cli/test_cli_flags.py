@@ -17,6 +17,7 @@ from peerd.control.status import Status
 from peerd.protocol.identity import node_id_of, private_key_from_seed
 from peerd.protocol.ledger import Held, LedgerView
 from peerd.store import ledgerfile
+from peerd.store import lock as state_lock
 from peerd.store.statedir import StateDir
 from tests.daemon.helpers import fleet_config, running_server, sample_status
 
@@ -105,6 +106,26 @@ def test_flags_offline_read_and_clear_the_persisted_ledger(tmp_path: Path) -> No
     assert loaded.flagged == frozenset({Y})
     assert loaded.held[X].version == 3
     assert [e["origin"] for e in state.read_audit() if e["event"] == "flag_cleared"] == [X]
+
+
+def test_an_offline_clear_is_refused_while_a_daemon_holds_the_state_dir(
+        tmp_path: Path) -> None:
+    """A daemon whose socket is not where the command looked still holds the state
+    directory's lock: the offline path refuses and leaves the ledger as it was."""
+    state = StateDir(tmp_path / "state")
+    ledgerfile.save(state, LedgerView(MappingProxyType({}), frozenset({X})))
+    with state_lock.acquire(state.path, socket=tmp_path / "elsewhere.sock"):
+        held = runner.invoke(app, ["flags", "clear", X, "--socket", str(tmp_path / "none"),
+                                   "--state-dir", str(state.path)])
+    assert held.exit_code == EXIT_ERROR
+    assert "already running" in held.stderr
+    assert "--socket" in held.stderr
+    loaded = ledgerfile.load(state)
+    assert loaded is not None
+    assert loaded.flagged == frozenset({X})
+    freed = runner.invoke(app, ["flags", "clear", X, "--socket", str(tmp_path / "none"),
+                                "--state-dir", str(state.path)])
+    assert freed.exit_code == 0, freed.output
 
 
 def test_the_daemon_restores_its_flags_and_persists_a_clear(tmp_path: Path) -> None:
