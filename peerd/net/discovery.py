@@ -3,7 +3,8 @@
 We advertise ``<node id>._peerd._tcp.local.`` with TXT records ``id`` (libp2p peer id),
 ``fleet``, ``pv`` (protocol version) and ``port`` and browse for the same type. Records of
 other fleets and our own are ignored; the rest are reported as :class:`PeerHint` to a
-callback running in the trio thread.
+callback running in the trio thread. The TXT record's format and validation are
+:mod:`peerd.net.txtrecord`'s.
 
 Discovery is only a hint: anyone on the LAN can publish any TXT record. The transport's
 Noise handshake proves the node id, the fleet manifest proves membership. Records from the
@@ -26,10 +27,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import string
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TypeVar
@@ -49,6 +49,7 @@ from zeroconf import (
 
 from peerd.net.addrs import ADDRESS_POLL_S, host_ips
 from peerd.net.announce import follow_addresses
+from peerd.net.txtrecord import MalformedRecordError, build_txt, parse_txt
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +57,6 @@ SERVICE_TYPE = "_peerd._tcp.local."
 
 _T = TypeVar("_T")
 
-#: Longest node id accepted (a libp2p Ed25519 peer id is 52 characters; same bound as
-#: the protocol's MAX_NODE_ID_LEN).
-MAX_NODE_ID_LEN = 64
-#: Longest fleet id accepted from the network (ours is the hex of a 16-byte id).
-MAX_FLEET_ID_LEN = 64
-#: Protocol versions are small integers; a long digit string is an attack on int().
-MAX_VERSION_DIGITS = 6
 #: Addresses taken from one record: a hostile record listing hundreds would make us dial
 #: hundreds of addresses for one hint.
 MAX_ADDRESSES_PER_PEER = 8
@@ -79,29 +73,8 @@ RESOLVE_RETRY_S = 2.0
 #: Goodbye packets and closing sockets at shutdown; a wedged zeroconf thread is abandoned.
 STOP_TIMEOUT_S = 5.0
 
-_B58_CHARS = frozenset("123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz")
-_FLEET_CHARS = frozenset(string.ascii_letters + string.digits + "-_.:")
-_REQUIRED = (b"id", b"fleet", b"pv", b"port")
-
-
 class DiscoveryError(Exception):
     """Discovery could not start (bad interface, sockets unavailable)."""
-
-
-class MalformedRecordError(ValueError):
-    """A TXT record from the network failed validation; ``reason`` is a counter key."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class TxtFields:
-    node_id: str
-    fleet_id: str
-    protocol_version: int
-    port: int
 
 
 @dataclass(frozen=True)
@@ -119,57 +92,6 @@ class PeerHint:
         return [
             f"/{'ip6' if ':' in a else 'ip4'}/{a}/tcp/{self.port}" for a in self.addresses
         ]
-
-
-def _text(props: Mapping[bytes, bytes | None], key: bytes, max_len: int) -> str:
-    raw = props.get(key)
-    if raw is None:
-        raise MalformedRecordError("missing_key")
-    if len(raw) > max_len:
-        raise MalformedRecordError("too_long")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MalformedRecordError("bad_utf8") from None
-
-
-def _small_int(text: str, lo: int, hi: int, reason: str) -> int:
-    # isdigit() alone admits non-ASCII digits ("٣"), int() would accept " 3" or "+3".
-    if not text or not text.isascii() or not text.isdigit():
-        raise MalformedRecordError(reason)
-    value = int(text)
-    if not lo <= value <= hi:
-        raise MalformedRecordError(reason)
-    return value
-
-
-def parse_txt(props: Mapping[bytes, bytes | None]) -> TxtFields:
-    """Validate the TXT properties of a ``_peerd._tcp`` record (hostile input)."""
-    if not isinstance(props, Mapping):
-        raise MalformedRecordError("bad_txt")
-    for key in _REQUIRED:
-        if key not in props or props[key] is None:
-            raise MalformedRecordError("missing_key")
-    node_id = _text(props, b"id", MAX_NODE_ID_LEN)
-    if len(node_id) < 32 or not set(node_id) <= _B58_CHARS:
-        raise MalformedRecordError("bad_node_id")
-    fleet_id = _text(props, b"fleet", MAX_FLEET_ID_LEN)
-    if not fleet_id or not set(fleet_id) <= _FLEET_CHARS:
-        raise MalformedRecordError("bad_fleet_id")
-    version = _small_int(_text(props, b"pv", MAX_VERSION_DIGITS), 0, 10**6, "bad_version")
-    port = _small_int(_text(props, b"port", 5), 1, 65535, "bad_port")
-    return TxtFields(node_id, fleet_id, version, port)
-
-
-def build_txt(node_id: str, fleet_id: str, port: int, protocol_version: int) -> dict[bytes, bytes]:
-    props = {
-        b"id": node_id.encode(),
-        b"fleet": fleet_id.encode(),
-        b"pv": str(protocol_version).encode(),
-        b"port": str(port).encode(),
-    }
-    parse_txt(props)  # what we publish must pass our own validation
-    return props
 
 
 def resolve_interfaces(interfaces: Sequence[str]) -> list[str]:

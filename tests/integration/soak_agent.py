@@ -36,7 +36,8 @@ from zeroconf import ServiceInfo, const
 from zeroconf._protocol.outgoing import DNSOutgoing
 
 from peerd.learn.tasks import load_task
-from peerd.net.discovery import SERVICE_TYPE, build_txt
+from peerd.net.discovery import SERVICE_TYPE
+from peerd.net.txtrecord import build_txt
 from peerd.protocol.identity import node_id_of
 from tests.integration.hostile import Reply, Target, corrupt, hostile_peer, make_entry
 from tests.net.strangers import strangers

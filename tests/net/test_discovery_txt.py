@@ -8,14 +8,8 @@ import pytest
 import trio
 from zeroconf import ServiceInfo
 
-from peerd.net.discovery import (
-    SERVICE_TYPE,
-    Discovery,
-    MalformedRecordError,
-    PeerHint,
-    build_txt,
-    parse_txt,
-)
+from peerd.net.discovery import SERVICE_TYPE, Discovery, PeerHint
+from peerd.net.txtrecord import MalformedRecordError, build_txt, parse_txt
 
 NODE_A = "12D3KooWKLkxBiLiQJ2MSVRjTPgSffFEWK83RhZtyRnHDEzoi7gZ"
 NODE_B = "12D3KooWHrSJFRHKPKfFrEJFS3wxJZoR6V95nzTRkHsnQ1MxDjz4"
