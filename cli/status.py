@@ -206,8 +206,13 @@ def status_view(status: Status) -> Group:
     peers = status.peers
     connected = sum(1 for p in peers if p.connected)
     parts.append(f"peers: {connected} connected, {len(peers)} known (`peerd peers` for details)")
-    busy, avoided = (status.gossip.get(k, 0) for k in ("busy_refusals", "duplicates_avoided"))
-    if busy or avoided:  # the bounds of issue 14 at work: worth a line once they bite
+    g = status.gossip
+    if g.get("sweeps"):  # the fanout bound at work: what an operator sizing a fleet checks
+        parts.append(f"gossip: {g['sweeps']} sweeps, {g.get('dials', 0)} sessions started "
+                     f"(most in one sweep {g.get('most_dials_in_a_sweep', 0)}, most at once "
+                     f"{g.get('most_outbound_at_once', 0)})")
+    busy, avoided = (g.get(k, 0) for k in ("busy_refusals", "duplicates_avoided"))
+    if busy or avoided:  # the other bounds: worth a line once they bite
         parts.append(f"gossip: {busy} inbound sessions refused busy (max_inbound_sessions), "
                      f"{avoided} duplicate downloads avoided")
     rejected = status.rejected
