@@ -10,7 +10,8 @@ The agent is ``[task] node_index`` of ``node_count``; ``[task] seed`` seeds the 
 so every node draws the same composites and keeps its own digit. The node signs its views
 in cache group ``agent-<index>``, which tells receivers whose Λ_j^i a view feeds. Each round:
 drop stale views; train K steps on the freshest view of every peer agent; publish this
-round's h_i for every id of the index under the node's next version.
+round's h_i for every id of the index under the node's next version; save the agent as the
+learner file (peerd.learn.learnerstate), which the next start restores.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from peerd.control.status import ViewRow, ViewsStatus
 from peerd.daemon import sdnotify
 from peerd.daemon.host import ModeHost
 from peerd.daemon.memory import release_freed_memory
+from peerd.learn import learnerstate
 from peerd.learn.cordialround import (
     WIDTH,
     CordialLearner,
@@ -94,6 +96,9 @@ class CordialMode:
             self.data, coordination=learning.cordial_coordination,
             warmup_epochs=learning.cordial_warmup_epochs, batch_size=learning.batch_size,
             steps=learning.local_steps, seed=task.seed)
+        # The agent (M_i, Λ_j^i, Adam's moments, the schedules' step count, its random stream)
+        # survives a restart: the learner file, saved every round.
+        learnerstate.restore(daemon.state, self.learner)
         self.last: CordialRoundOutput | None = None
         self._used: dict[int, tuple[str, int, int]] = {}  # agent -> (origin, version, ids)
 
@@ -150,6 +155,7 @@ class CordialMode:
         m.val_accuracy, m.alpha, m.drift = out.val_accuracy, {}, {}
         node.round += 1
         await self._publish(out)
+        await trio.to_thread.run_sync(learnerstate.save, d.state, self.learner, node.round)
         m.round = node.round
         d.participation.knowledge_round(
             round_no=node.round, own_id=node.id, clock=clock, published=m.version,

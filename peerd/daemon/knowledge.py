@@ -9,7 +9,9 @@ distillation), the wire format :mod:`peerd.protocol.knowledge`.
 Each round: drop stale entries; join the cached knowledge with its keys; distil K steps
 towards the teachers of the local samples; publish the keys entry when it is new or changed
 (normally once), then a knowledge entry with this round's logits, each under the next version
-of the node's one version sequence. Sessions carry them like models: nothing else changes.
+of the node's one version sequence; save the model as the learner file
+(peerd.learn.learnerstate), which the next start restores. Sessions carry them like models:
+nothing else changes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from peerd.core.distill import Distillation
 from peerd.daemon import sdnotify
 from peerd.daemon.host import ModeHost
 from peerd.daemon.memory import release_freed_memory
+from peerd.learn import learnerstate
 from peerd.learn.knowcache import KnowledgeBatch, KnowledgeCache
 from peerd.learn.knowround import (
     KnowledgeRoundInput,
@@ -76,6 +79,10 @@ class KnowledgeMode:
         self.policy = Distillation(beta=learning.distill_beta,
                                    temperature=learning.distill_temperature,
                                    r=learning.distill_r)
+        # What the model learned survives a restart: the learner file, saved every round.
+        self.learner = learnerstate.KnowledgeLearner(daemon.model, task=cfg.task.name,
+                                                     model_name=cfg.task.model)
+        learnerstate.restore(daemon.state, self.learner)
 
     async def round(self) -> None:
         d, node, learning = self.daemon, self.node, self.daemon.cfg.learning
@@ -96,6 +103,7 @@ class KnowledgeMode:
         m.val_accuracy, m.alpha, m.drift = out.val_accuracy, {}, {}
         node.round += 1
         await self._publish(out)
+        await trio.to_thread.run_sync(learnerstate.save, d.state, self.learner, node.round)
         m.round = node.round
         d.participation.knowledge_round(
             round_no=node.round, own_id=node.id, clock=inp.clock, published=m.version,

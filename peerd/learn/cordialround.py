@@ -13,13 +13,17 @@ Table 1's values for P = 25).
 Each round reads the freshest received view of every peer agent j (its h_j for the ids it
 sent; an absent peer or id contributes zero, a coordination input that is missing), takes K
 minibatch steps, evaluates on the validation and test ids and returns this agent's h_i for
-every id of the index: the next view entry. Must not touch the network, the node state or the
-wire format (peerd.daemon.cordial wires those); no clock, randomness from the seed given.
+every id of the index: the next view entry. The learner also says what of it a restart keeps
+(:meth:`CordialLearner.snapshot` / :meth:`~CordialLearner.load`: the network, Adam's state,
+the step count, the random stream, the epoch's remaining rows), so a restored agent continues
+exactly where it stopped. Must not touch the network, the node state or the wire format
+(peerd.daemon.cordial wires those); no clock, randomness from the seed given.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +32,9 @@ import torch
 from torch import nn
 from torch.nn import functional as fn
 
+from peerd.learn import learnerstate as ls
 from peerd.learn.pairwise10 import TABLE1_P25, StackedAgents, load_images, make_draw
+from peerd.store.learnerfile import Identity, LearnerState
 
 #: The embedded output's width h_i (the agent's fc2) and the label classes.
 WIDTH = 10
@@ -164,6 +170,78 @@ class CordialLearner:
     def epoch(self) -> float:
         rows = len(self.data.y["train"])
         return self.done_steps * self.batch_size / rows
+
+    # --- kept across restarts (peerd.learn.learnerstate, peerd.store.learnerfile) ----------
+
+    mode = "cordial"
+
+    def identity(self) -> Identity:
+        """Which agent of which shared index this learner is: another one's state never fits."""
+        d = self.data
+        return {"agent": d.index, "agents": d.agents, "ids": d.size, "seed": self.seed,
+                "coordination": int(self.coordination)}
+
+    def _names(self) -> dict[int, str]:
+        return {id(p): name for name, p in self.model.named_parameters()}
+
+    def expected(self, counts: Mapping[str, int]) -> ls.SchemaDict:
+        """The tensors a saved state with ``counts`` must hold: the network, Adam's state of
+        whichever optimisers had stepped, the random stream and the rest of the epoch's
+        shuffled rows. ValueError for counts this learner cannot have."""
+        rows = len(self.data.y["train"])
+        order, coord = counts.get("order", -1), counts.get("coord", 0)
+        if not 0 <= order <= rows or counts.get("done_steps", -1) < 0 or coord not in (0, 1) \
+                or counts.get("opt", 0) not in (0, 1) or (coord and not self.coordination):
+            raise ValueError(f"counters {dict(counts)} do not fit this learner")
+        named = dict(self.model.named_parameters())
+        out = ls.module_schema("model.", self.model)
+        if counts.get("opt"):
+            embedding = {id(p) for p in self.model.embedding()}
+            out |= ls.adam_schema("opt.", {n: p for n, p in named.items() if id(p) in embedding})
+        if coord:
+            out |= ls.adam_schema("coord.", {n: named[n] for n in ("lam", "cbias")})
+        out["rng"] = ("uint8", tuple(self.gen.get_state().shape))
+        out["order"] = ("int64", (order,))
+        return out
+
+    def snapshot(self, round_no: int) -> LearnerState:
+        """Everything the next round depends on, as arrays (views of the live tensors: save
+        them before training again)."""
+        names = self._names()
+        arrays, bf16 = ls.module_arrays("model.", self.model)
+        for prefix, opt in (("opt.", self.opt), ("coord.", self.coord)):
+            if opt is not None:
+                more, more_bf16 = ls.adam_arrays(prefix, opt, names)
+                arrays |= more
+                bf16 |= more_bf16
+        arrays["rng"] = self.gen.get_state().numpy()
+        arrays["order"] = self._order.numpy()
+        counts = {"done_steps": self.done_steps, "order": len(self._order),
+                  "opt": int(bool(self.opt.state)), "coord": int(self.coord is not None)}
+        return LearnerState(self.mode, self.identity(), round_no, counts, arrays,
+                            frozenset(bf16))
+
+    def load(self, saved: LearnerState) -> None:
+        """Continue from ``saved`` (already matched against :meth:`expected`). Values are
+        checked before anything changes: a ValueError or RuntimeError leaves it fresh."""
+        rows = len(self.data.y["train"])
+        order = torch.from_numpy(np.array(saved.tensors["order"], copy=True))
+        if len(order) and (int(order.min()) < 0 or int(order.max()) >= rows):
+            raise ValueError(f"shuffled rows outside [0, {rows})")
+        rng = torch.from_numpy(np.array(saved.tensors["rng"], copy=True))
+        torch.Generator().set_state(rng)  # a state torch refuses raises here, not half-way
+        names = self._names()
+        ls.load_module("model.", self.model, saved)
+        self.opt = torch.optim.Adam(self.model.embedding(), lr=self.hyper.eps0)
+        if saved.counts["opt"]:
+            ls.load_adam("opt.", self.opt, names, saved)
+        self.coord = None
+        if saved.counts["coord"]:
+            self.coord = torch.optim.Adam(self.model.coordination(), lr=self.hyper.eta0)
+            ls.load_adam("coord.", self.coord, names, saved)
+        self.gen.set_state(rng)  # the network's dropout draws from it too: one generator
+        self._order = order
+        self.done_steps = saved.counts["done_steps"]
 
     def _batch(self) -> torch.Tensor:
         # Epochs of shuffled rows, as the simulator's; a round may end mid-epoch.

@@ -14,7 +14,7 @@ never pickles. Layout of a state directory (0700, files 0600)::
 
     node.key            identity key (written by peerd.store.keyfile, not here)
     blobs/NAME          blob store (entry-<origin>, own.entry, manifest, cache.index,
-                        ledger: peerd.store.ledgerfile)
+                        ledger: peerd.store.ledgerfile, learner: peerd.store.learnerfile)
     counters.a/.b       round and version, two copies (see Counters)
     audit.log[.1-.3]    JSON lines, rotated by size
     rounds.log          the participation audit, one checksummed line per round
@@ -74,9 +74,11 @@ _COUNTER_FILES = ("counters.a", "counters.b")
 # ---------------------------------------------------------------------------- reading
 
 
-def read_or_quarantine(path: Path, quarantine: Path | None) -> bytes | None:
-    """The body at ``path``; None if missing, or if corrupt (then it is quarantined, unless
-    ``quarantine`` is None: a read-only reader only logs it)."""
+def read_or_quarantine(path: Path, quarantine: Path | None,
+                       max_len: int = MAX_BLOB_LEN) -> bytes | None:
+    """The body at ``path``; None if missing, or if corrupt or over ``max_len`` bytes (checked
+    before it is read; then it is quarantined, unless ``quarantine`` is None: a read-only
+    reader only logs it)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -86,7 +88,7 @@ def read_or_quarantine(path: Path, quarantine: Path | None) -> bytes | None:
         return None
     try:
         with os.fdopen(fd, "rb") as fh:
-            return read_body(fh, MAX_BLOB_LEN)
+            return read_body(fh, max_len)
     except ValueError as exc:
         problem = str(exc)
     except OSError as exc:  # EIO on a failing disk: treat like corruption, never fatal
@@ -212,10 +214,11 @@ class StateDir:
             raise ValueError(f"blob {name!r} is {size} bytes, over {MAX_BLOB_LEN}")
         atomic_write(path, data)
 
-    def read_blob(self, name: str) -> bytes | None:
-        """The blob, or None if absent or corrupt (a corrupt one is quarantined)."""
+    def read_blob(self, name: str, max_len: int = MAX_BLOB_LEN) -> bytes | None:
+        """The blob, or None if absent, corrupt or over ``max_len`` bytes (such a one is
+        quarantined; the size is checked before anything is read)."""
         return read_or_quarantine(self._blob_path(name),
-                                  None if self.readonly else self.quarantine)
+                                  None if self.readonly else self.quarantine, max_len)
 
     def list_blobs(self, prefix: str = "") -> list[str]:
         """Names of stored blobs starting with ``prefix``, sorted (contents not checked)."""
