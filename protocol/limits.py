@@ -67,10 +67,19 @@ MAX_CAPABILITY_LEN = 64
 MAX_ERROR_TEXT_LEN = 1024
 #: Longest Error code.
 MAX_ERROR_CODE_LEN = 64
-#: Most members / revoked ids in a fleet manifest: bounds manifest verification work and
-#: keeps a manifest inside one control frame.
-MAX_MEMBERS = 400
-MAX_REVOKED = 400
+#: Most members / revoked ids in a fleet manifest. Threat: the work of decoding a manifest the
+#: admin key signed (a key-to-id derivation and a dictionary slot per member), the rows it
+#: gives the ledger and the admissions file, and with MAX_MANIFEST_FRAME_LEN the bytes a peer
+#: makes us buffer in a session's manifest turn. 1,024 holds the 1,000-node fleets of issue 14.
+MAX_MEMBERS = 1024
+MAX_REVOKED = 1024
+#: Largest Manifest frame, the one control message allowed past MAX_CONTROL_FRAME_LEN. Threat:
+#: the bytes a peer makes us buffer (and hash, to check the admin's signature) in the manifest
+#: turn of a session before anything in them is trusted. The largest manifest the format can
+#: hold, MAX_MEMBERS members with an expiry and MAX_REVOKED revoked ids, is a frame of 155,895
+#: bytes (98 B per member, 54 B per revoked id; tests/protocol/test_protocol_manifest_large.py
+#: builds it); a fleet of 1,000 without revocations is ~90 KB.
+MAX_MANIFEST_FRAME_LEN = 256 * 1024
 
 #: Largest integer accepted for versions, seq numbers and counts (int64 range; msgpack
 #: could carry uint64 and Python ints are unbounded).

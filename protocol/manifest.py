@@ -25,7 +25,7 @@ from peerd.protocol.identity import as_node_id, node_id_from_public_key
 from peerd.protocol.limits import (
     FLEET_ID_LEN,
     MAX_BIN_LEN,
-    MAX_CONTROL_FRAME_LEN,
+    MAX_MANIFEST_FRAME_LEN,
     MAX_MEMBERS,
     MAX_REVOKED,
     PUBLIC_KEY_LEN,
@@ -42,8 +42,8 @@ from peerd.protocol.wire import (
 )
 
 MANIFEST_TYPE = "manifest"
-#: Largest manifest file read from disk: one control frame's worth, like on the wire.
-MAX_MANIFEST_FILE_LEN = MAX_CONTROL_FRAME_LEN
+#: Largest manifest file read from disk: a Manifest frame's worth, like on the wire.
+MAX_MANIFEST_FILE_LEN = MAX_MANIFEST_FRAME_LEN
 _KEYS = frozenset({"type", "fleet", "seq", "members", "revoked"})
 
 
@@ -64,6 +64,14 @@ class Manifest:
     seq: int
     members: tuple[Member, ...] = ()
     revoked: frozenset[str] = field(default_factory=frozenset)
+    #: node id -> member, built once: every session and every admitted entry looks a node
+    #: up, and a fleet may have MAX_MEMBERS of them. Not part of equality (it follows
+    #: ``members``).
+    _by_id: dict[str, Member] = field(init=False, repr=False, compare=False,
+                                      default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {m.node_id: m for m in self.members})
 
     def to_bytes(self) -> bytes:
         return pack(
@@ -106,10 +114,7 @@ class Manifest:
     # --- membership ------------------------------------------------------------------
 
     def member(self, node_id: str) -> Member | None:
-        for m in self.members:
-            if m.node_id == node_id:
-                return m
-        return None
+        return self._by_id.get(node_id)
 
     def check_member(self, node_id: str, now: float) -> Member:
         """The member record, or REVOKED / NOT_MEMBER / EXPIRED."""

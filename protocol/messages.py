@@ -4,7 +4,8 @@ Every frame body is a msgpack map ``{"type": str, "v": int, ...}``. An Entry fra
 one exception to "exactly one msgpack object": its map is followed by the raw tensor
 payload (whose length the signed body states), so that 44 MB of parameters are hashed and
 viewed in place instead of being copied out of a msgpack ``bin``. Every other frame must be
-at most :data:`MAX_CONTROL_FRAME_LEN` bytes and contain nothing after its map.
+at most :data:`MAX_CONTROL_FRAME_LEN` bytes (a Manifest :data:`MAX_MANIFEST_FRAME_LEN`) and
+contain nothing after its map.
 
 Decoding checks form only: it never verifies a signature (``admission``, ``manifest``) and
 never decides when a message may come (``session``).
@@ -31,6 +32,7 @@ from peerd.protocol.limits import (
     MAX_ENTRY_HEAD_LEN,
     MAX_ERROR_CODE_LEN,
     MAX_ERROR_TEXT_LEN,
+    MAX_MANIFEST_FRAME_LEN,
     PROTOCOL_VERSION,
 )
 from peerd.protocol.wire import (
@@ -216,6 +218,8 @@ class Entry(_Message):
 
 Message = Hello | Digest | Want | Entry | ManifestMessage | Error
 _CONTROL: dict[str, Any] = {cls.TYPE: cls for cls in (Hello, Digest, Want, ManifestMessage, Error)}
+#: Control messages allowed past MAX_CONTROL_FRAME_LEN: a fleet's member list may be longer.
+_FRAME_LIMIT: dict[str, int] = {ManifestMessage.TYPE: MAX_MANIFEST_FRAME_LEN}
 
 
 def decode_frame(frame: bytes | bytearray | memoryview) -> Message:
@@ -245,7 +249,7 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> Message:
     cls = _CONTROL.get(msg_type)
     if cls is None:
         malformed(f"unknown message type {msg_type[:32]!r}")
-    if len(view) > MAX_CONTROL_FRAME_LEN:
+    if len(view) > _FRAME_LIMIT.get(msg_type, MAX_CONTROL_FRAME_LEN):
         raise ProtocolError(Reason.TOO_LARGE, f"{msg_type} frame of {len(view)} bytes")
     if head_len != len(view):
         malformed(f"{len(view) - head_len} trailing bytes after a {msg_type} message")

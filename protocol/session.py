@@ -27,8 +27,8 @@ needs the node and reports it. The turn order, which the wire format of v1 fixes
    must be the one announced at its place (:meth:`Session.check_entry`).
 
 Strictly one side writes at a time, so two flow-controlled streams never both block on a
-44 MB write. Control frames are held to :data:`MAX_CONTROL_FRAME_LEN`; only an entry's turn
-allows an entry-sized frame.
+44 MB write. Control frames are held to :data:`MAX_CONTROL_FRAME_LEN`, the manifest's turn to
+:data:`MAX_MANIFEST_FRAME_LEN`; only an entry's turn allows an entry-sized frame.
 
 Owns: the order, the turn-taking, the frame limit of each turn and what the peer may send
 when (the peer's misbehaviour is the protocol's one :class:`ProtocolError`; after one the
@@ -47,7 +47,11 @@ from typing import TypeVar
 from peerd.core.reasons import Reason
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import PeerRefusedError, ProtocolError
-from peerd.protocol.limits import MAX_CONTROL_FRAME_LEN, MAX_FRAME_LEN_CEILING
+from peerd.protocol.limits import (
+    MAX_CONTROL_FRAME_LEN,
+    MAX_FRAME_LEN_CEILING,
+    MAX_MANIFEST_FRAME_LEN,
+)
 
 
 class Phase(enum.Enum):
@@ -272,8 +276,11 @@ class Session:
         return step
 
     def _receive(self, phase: Phase) -> Receive:
-        limit = self._entry_limit if phase is Phase.ENTRY else MAX_CONTROL_FRAME_LEN
-        return Receive(phase, limit)
+        if phase is Phase.ENTRY:
+            return Receive(phase, self._entry_limit)
+        if phase is Phase.MANIFEST:  # a fleet's member list may outgrow a control frame
+            return Receive(phase, MAX_MANIFEST_FRAME_LEN)
+        return Receive(phase, MAX_CONTROL_FRAME_LEN)
 
     def _turn(self, phase: Phase, mine: Send | None = None) -> list[Send | Receive]:
         """Both directions of one phase, the initiator's first."""

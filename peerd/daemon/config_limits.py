@@ -7,7 +7,7 @@ ask of a node. Plain constants only.
 
 from __future__ import annotations
 
-from peerd.protocol.limits import MAX_MEMBERS
+from peerd.protocol.limits import MAX_DIGEST_ITEMS, MAX_MEMBERS
 
 #: Largest config file read: a real one is a few KB; refuse to parse a runaway file.
 MAX_CONFIG_FILE_LEN = 1 << 20
@@ -29,8 +29,10 @@ MAX_FANOUT = 64
 MAX_INBOUND_SESSIONS = 256
 #: Bound on the cache capacity C. The cache keeps one entry per origin and a manifest lists
 #: at most MAX_MEMBERS nodes, so a larger C holds nothing more; it would only inflate the
-#: per-peer byte budget (a burst of C + 1 entries) and the disk a cache may fill.
-MAX_CAPACITY = MAX_MEMBERS
+#: per-peer byte budget (a burst of C + 1 entries) and the disk a cache may fill. And a
+#: node's Digest lists its own entry and the C cached ones, which must fit MAX_DIGEST_ITEMS
+#: (peers refuse a longer one): 511.
+MAX_CAPACITY = min(MAX_MEMBERS, MAX_DIGEST_ITEMS - 1)
 #: Shortest round interval. The automatic per-peer byte rate is one whole session per
 #: interval, so an interval near 0 would make that budget unbounded (and 0 divides by zero);
 #: a round also trains K steps, which takes longer than this anyway.

@@ -36,7 +36,8 @@ from peerd.store.statedir import StateDir
 log = logging.getLogger("peerd.daemon.daemon")
 
 #: Hello, manifest, digests, wants and announcements of one session (each frame is capped at
-#: MAX_CONTROL_FRAME_LEN; in practice a few KB), budgeted on top of the entries.
+#: MAX_CONTROL_FRAME_LEN, the manifest at MAX_MANIFEST_FRAME_LEN; in practice a few KB, a
+#: manifest of 1,000 members ~90 KB), budgeted on top of the entries.
 SESSION_CONTROL_BYTES = 1024 * 1024
 
 

@@ -66,8 +66,9 @@ CAPABILITIES = ("entries/v1",)
 #: manifest its Hello claimed (then: ``manifest_withheld``). Bounds a stranger that claims a
 #: huge ``manifest_seq`` to hold one of our sessions (a task, a stream) for the transport's
 #: 30 s read timeout while we wait for a manifest it cannot produce. A genuine newcomer,
-#: admitted in a manifest we have not seen yet, sends it right after the Hellos: one control
-#: frame of at most 64 KiB, a quarter of a second at the slowest rate the transport allows.
+#: admitted in a manifest we have not seen yet, sends it right after the Hellos: one Manifest
+#: frame of at most 256 KiB (MAX_MANIFEST_FRAME_LEN), a second at the slowest rate the
+#: transport allows.
 STRANGER_MANIFEST_TIMEOUT_S = 5.0
 
 

@@ -16,9 +16,9 @@ of the others'), then ``probes`` times a random live node publishes a new versio
 freshest in the fleet, so every node would keep it; the run measures how many intervals pass
 until 50 / 95 / 99 / 100 % of the live nodes other than its origin hold it. Loss cuts a
 session after a random number of frames; churn takes nodes offline (no sessions, dials to
-them fail) and back, state kept (a laptop asleep). Fleets beyond ``MAX_MEMBERS`` (400) need a
-manifest no admin can sign today: the simulator builds the member list directly and never
-sends it. One seed gives one run, in any process (:func:`peerd.sim.gossiplink.sim_runtime`).
+them fail) and back, state kept (a laptop asleep). The simulator builds the member list
+directly and never signs or sends it (a real fleet of up to ``MAX_MEMBERS``, 1,024, can).
+One seed gives one run, in any process (:func:`peerd.sim.gossiplink.sim_runtime`).
 
 It imports no transport, discovery or daemon code; the daemon's constants it mirrors are
 checked against the daemon's in tests/sim/test_gossipsim.py.
@@ -31,7 +31,6 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -157,21 +156,6 @@ class SimNodeState(NodeState):
         return reason
 
 
-class _IndexedManifest(Manifest):
-    """A manifest whose member lookup is a dict (the real one scans: fine for 400, slow
-    for 1,000 nodes × every Digest item); same answers, never signed or sent."""
-
-    __slots__ = ("_index",)
-
-    def __init__(self, fleet_id: bytes, seq: int, members: tuple[Member, ...]) -> None:
-        super().__init__(fleet_id, seq, members)
-        object.__setattr__(self, "_index", {m.node_id: m for m in members})
-
-    def member(self, node_id: str) -> Member | None:
-        index: Mapping[str, Member] = getattr(self, "_index")  # noqa: B009
-        return index.get(node_id)
-
-
 @dataclass
 class SimNode:
     state: SimNodeState
@@ -211,7 +195,7 @@ class GossipSim:
                 for i in range(cfg.nodes)]
         members = tuple(sorted((Member(node_id_of(k), public_key_bytes(k)) for k in keys),
                                key=lambda m: m.node_id))
-        manifest = _IndexedManifest(FLEET, 1, members)
+        manifest = Manifest(FLEET, 1, members)
         self.nodes: dict[str, SimNode] = {}
         for i, k in enumerate(keys):
             state = SimNodeState(key=k, fleet_id=FLEET, manifest=manifest, schema=SCHEMA,

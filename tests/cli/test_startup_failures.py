@@ -182,7 +182,7 @@ CASES: dict[str, tuple[Breaker, str]] = {
     "control socket held": (socket_held, "another daemon is already listening on"),
     "state dir locked": (state_dir_locked, f"already running (pid {os.getpid()})"),
     "round_interval_s = 0": (no_round_interval, "round_interval_s: must be a finite number"),
-    "capacity 99999999999": (huge_capacity, "capacity: must be an integer in [0, 400]"),
+    "capacity 99999999999": (huge_capacity, "capacity: must be an integer in [0, 511]"),
     "listen_host not local": (foreign_listen_host, "is not an address of this machine"),
     "missing manifest": (missing_manifest, "No such file"),
     "garbage manifest": (garbage_manifest, "no valid fleet manifest in"),

@@ -99,9 +99,9 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("sections", "message"), [
-    ({"learning": {"capacity": -1}}, "[learning] capacity: must be an integer in [0, 400], got"),
-    ({"learning": {"capacity": 2.5}}, "[learning] capacity: must be an integer in [0, 400]"),
-    ({"learning": {"capacity": True}}, "[learning] capacity: must be an integer in [0, 400], got"),
+    ({"learning": {"capacity": -1}}, "[learning] capacity: must be an integer in [0, 511], got"),
+    ({"learning": {"capacity": 2.5}}, "[learning] capacity: must be an integer in [0, 511]"),
+    ({"learning": {"capacity": True}}, "[learning] capacity: must be an integer in [0, 511], got"),
     # Unbounded C made the per-peer burst (C + 1 entries) unbounded: issue 13.
     ({"learning": {"capacity": 99999999999}}, "[learning] capacity: must be an integer in"),
     # 0 divided by zero in the byte budget; near 0 made the automatic rate unbounded.

@@ -38,7 +38,7 @@ def test_bad_groups_are_one_line_errors_naming_the_key(value: object, message: s
 
 @pytest.mark.parametrize(("learning", "message"), [
     ({"capacity_per_group": 0}, r"\[learning\] capacity_per_group: must be an integer in "
-                                r"\[1, 400\], got 0"),
+                                r"\[1, 511\], got 0"),
     ({"capacity_per_group": 1.5}, r"must be an integer"),
     ({"capacity_per_group": True}, r"must be an integer"),
     ({"capacity_per_group": 4, "capacity": 3},

@@ -17,7 +17,7 @@ from peerd.protocol.entry import EntryBody
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.frames import FrameDecoder, encode_frame
 from peerd.protocol.identity import node_id_of
-from peerd.protocol.limits import MAX_CONTROL_FRAME_LEN
+from peerd.protocol.limits import MAX_CONTROL_FRAME_LEN, MAX_MANIFEST_FRAME_LEN
 from peerd.protocol.manifest import Manifest
 from peerd.protocol.session import (
     CheckPeer,
@@ -240,7 +240,7 @@ def test_the_side_with_the_older_manifest_decides_only_once_it_received_the_newe
     # manifest that may admit the newcomer before it decides.
     s = session(initiator, seq=1) if initiator else session(False, B, A, seq=1)
     hellos_done(s, 2)
-    assert s.next_step() == Receive(Phase.MANIFEST, MAX_CONTROL_FRAME_LEN)
+    assert s.next_step() == Receive(Phase.MANIFEST, MAX_MANIFEST_FRAME_LEN)
     with pytest.raises(SessionStateError):
         s.peer_admitted()
     assert s.receive(SIGNED[2].head()) == SIGNED[2]
@@ -253,7 +253,7 @@ def test_a_refusal_instead_of_the_manifest_ends_the_session_of_the_refused_side(
     hellos_done(b, 0)
     a.session.send(a.session.hello)
     a.session.receive(b.hello.head())
-    assert a.session.next_step() == Receive(Phase.MANIFEST, MAX_CONTROL_FRAME_LEN)
+    assert a.session.next_step() == Receive(Phase.MANIFEST, MAX_MANIFEST_FRAME_LEN)
     assert b.next_step() == CheckPeer()
     err = refused(a.session, b"".join(map(bytes, b.fail(ProtocolError(Reason.NOT_MEMBER, "no")))))
     assert err.message == "peer refused: not_member no"
