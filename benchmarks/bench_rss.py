@@ -265,6 +265,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--out", type=Path, default=None, help="also write the readings as JSON")
+    p.add_argument("--write", action="store_true",
+                   help="write the tables into docs/benchmarks.md (section 'rss')")
     p.add_argument("--child-imports", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child_imports:
@@ -275,7 +277,18 @@ def main() -> None:
     if args.out is not None:
         args.out.write_text(json.dumps({"runs": runs, "env": {
             k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}, indent=1) + "\n")
-    print(report(runs))
+    text = report(runs)
+    if args.write:
+        from benchmarks._report import machine, write_section
+
+        load = os.getloadavg()[0]
+        command = " ".join(["python -m benchmarks.bench_rss", *sys.argv[1:]])
+        text = (f"## Daemon memory: where a lone daemon's RSS over the torch baseline goes\n\n"
+                f"Machine: {machine()}. Command: `.venv/bin/{command}` (as root for the "
+                f"namespace; load average {load:.1f} at the end). Medians of {args.runs} "
+                f"runs; MB = 10^6 bytes.\n\n{text}")
+        write_section("rss", text)
+    print(text)
 
 
 if __name__ == "__main__":
