@@ -203,16 +203,6 @@ def bench_runtime() -> dict[str, Any]:
             "seconds_to_listening": None if listening is None else listening - t0}
 
 
-def torch_baseline() -> int:
-    from benchmarks.bench_daemon import torch_baseline as baseline
-
-    return baseline()
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def report(runs: list[dict[str, Any]]) -> str:
     imports = [r["imports"] for r in runs]
     steps = [row["step"] for row in imports[0]["rows"]]
@@ -220,31 +210,31 @@ def report(runs: list[dict[str, Any]]) -> str:
              "| step | VmRSS after | adds | of which anonymous / file |",
              "| --- | --- | --- | --- |"]
     for i, step in enumerate(steps):
-        rss = _median([imp["rows"][i]["VmRSS"] for imp in imports])
+        rss = statistics.median([imp["rows"][i]["VmRSS"] for imp in imports])
         if i == 0:
             lines.append(f"| {step} | {rss / MB:.1f} MB | | |")
             continue
-        add = _median([imp["rows"][i]["VmRSS"] - imp["rows"][i - 1]["VmRSS"]
+        add = statistics.median([imp["rows"][i]["VmRSS"] - imp["rows"][i - 1]["VmRSS"]
                        for imp in imports])
-        anon = _median([imp["rows"][i]["RssAnon"] - imp["rows"][i - 1]["RssAnon"]
+        anon = statistics.median([imp["rows"][i]["RssAnon"] - imp["rows"][i - 1]["RssAnon"]
                         for imp in imports])
-        file = _median([imp["rows"][i]["RssFile"] - imp["rows"][i - 1]["RssFile"]
+        file = statistics.median([imp["rows"][i]["RssFile"] - imp["rows"][i - 1]["RssFile"]
                         for imp in imports])
         lines.append(f"| {step} | {rss / MB:.1f} MB | +{add / MB:.1f} MB | "
                      f"+{anon / MB:.1f} / +{file / MB:.1f} MB |")
-    base = _median([r["torch_baseline"] for r in runs])
+    base = statistics.median([r["torch_baseline"] for r in runs])
     rt = [r["runtime"] for r in runs]
-    last_import = _median([imp["rows"][-1]["VmRSS"] for imp in imports])
+    last_import = statistics.median([imp["rows"][-1]["VmRSS"] for imp in imports])
     listen = [x["rss_listening"] for x in rt if x["rss_listening"] is not None]
-    final = _median([x["final"]["VmRSS"] for x in rt])
-    hwm = _median([x["final"]["VmHWM"] for x in rt])
+    final = statistics.median([x["final"]["VmRSS"] for x in rt])
+    hwm = statistics.median([x["final"]["VmHWM"] for x in rt])
     lines += ["", "### Run time: one lone daemon (digits task, default model)", "",
               "| reading | value |", "| --- | --- |",
               f"| torch baseline: VmHWM of `python -c \"import torch\"` | {base / MB:.1f} MB |",
               f"| all imports + argument parsing (above) | {last_import / MB:.1f} MB |"]
     if listen:
         lines.append(f"| daemon built, host listening, mDNS up: VmRSS | "
-                     f"{_median(listen) / MB:.1f} MB |")
+                     f"{statistics.median(listen) / MB:.1f} MB |")
     lines += [f"| after {LONE_ROUNDS} rounds: VmRSS / VmHWM | {final / MB:.1f} / "
               f"{hwm / MB:.1f} MB |",
               f"| VmHWM over the torch baseline | {(hwm - base) / MB:.1f} MB |",
@@ -252,8 +242,8 @@ def report(runs: list[dict[str, Any]]) -> str:
               "difference |", "| --- | --- | --- | --- |"]
     kinds = sorted({k for r in runs for k in (*r["runtime"]["smaps"], *r["imports"]["smaps"])})
     for kind in kinds:
-        a = _median([imp["smaps"].get(kind, 0) for imp in imports])
-        b = _median([x["smaps"].get(kind, 0) for x in rt])
+        a = statistics.median([imp["smaps"].get(kind, 0) for imp in imports])
+        b = statistics.median([x["smaps"].get(kind, 0) for x in rt])
         if max(a, b) < 0.05 * MB:
             continue  # [vdso], [vvar]: kernel pages, nothing to say
         lines.append(f"| {kind} | {a / MB:.1f} MB | {b / MB:.1f} MB | {(b - a) / MB:+.1f} MB |")
@@ -272,6 +262,9 @@ def main() -> None:
     if args.child_imports:
         child_imports()
         return
+    # Not at the top: the import readings start from an interpreter without torch.
+    from benchmarks.bench_daemon import torch_baseline
+
     runs = [{"torch_baseline": torch_baseline(), "imports": bench_imports(),
              "runtime": bench_runtime()} for _ in range(args.runs)]
     if args.out is not None:
