@@ -184,7 +184,7 @@ ROWS = (
     ("raw_frame", "framed bytes, raw TCP (trio)"),
     ("p2p_frame", "framed bytes, peerd.net.transport, one process"),
     ("p2p2_frame", "framed bytes, peerd.net.transport, two processes"),
-    ("p2p_frame_unmended", "framed bytes, libp2p, one process, py-libp2p's own data path (mends 10-13 off)"),
+    ("p2p_frame_unmended", "framed bytes, libp2p, one process, py-libp2p's own data path (mends 10-14 off)"),
     ("raw_entry", "entry frame bytes, raw TCP (trio)"),
     ("verify", "entry: `verify` + `accept` only, no I/O"),
     ("mem_session", "entry: gossip session, in-memory channels"),
@@ -193,7 +193,7 @@ ROWS = (
     ("p2p_session", "entry: gossip session, peerd.net.transport, one process"),
     ("p2p2_session", "entry: gossip session, peerd.net.transport, two processes"),
     ("tcp2_session", "entry: gossip session, raw TCP + peerd framing, two processes"),
-    ("p2p2_unmended", "entry: the same over libp2p, py-libp2p's own data path (mends 10-13 off)"),
+    ("p2p2_unmended", "entry: the same over libp2p, py-libp2p's own data path (mends 10-14 off)"),
 )
 #: Cases compared with the raw TCP entry bytes (the others with the raw TCP frame).
 ENTRY_CASES = ("raw_entry", "verify", "mem_session", "tcp_session", "spool_session",
@@ -239,7 +239,7 @@ async def main(mb: float, repeat: int, only: Sequence[str] = ()) -> dict[str, li
         s = await nursery.start(_open_stream, a, b.peer_id, b.listen_addrs)
         cases["p2p_frame"] = _frame_case(functools.partial(write_frame, s, payload),
                                          functools.partial(read_frame, s, 1))
-        # the same with mends 10-13 off on both ends (their connection is made while off)
+        # the same with mends 10-14 off on both ends (their connection is made while off)
         mends_throughput.set_enabled(False)
         try:
             ub = await nursery.start(run_host, p2p_receiver)
@@ -323,7 +323,7 @@ async def main(mb: float, repeat: int, only: Sequence[str] = ()) -> dict[str, li
                                        initiator=True)
             assert result.sent == 1, result
 
-        # And over libp2p with py-libp2p's own data path: mends 10-13 off on both ends
+        # And over libp2p with py-libp2p's own data path: mends 10-14 off on both ends
         # (a child of its own; this end's connection is made while they are off).
         proc_u, served_u, u_id, u_port = await spawn(
             nursery, "--serve-session", seed.hex(), "--mb", str(mb), "--unmended")
@@ -426,14 +426,14 @@ def summary(samples: dict[str, list[float]], mb: float) -> str:
             f"({mb / raw:.1f} MB/s)")
     if "p2p2_unmended" in med:
         old = med["p2p2_unmended"]
-        text += (f"; with py-libp2p's own data path (mends 10-13 off) {mb / old:.1f} MB/s, "
+        text += (f"; with py-libp2p's own data path (mends 10-14 off) {mb / old:.1f} MB/s, "
                  f"{tcp / old:.2f}× raw TCP's session")
     text += "."
     if {"p2p_frame", "p2p_frame_unmended", "raw_frame"} <= med.keys():
         new, old, raw = med["p2p_frame"], med["p2p_frame_unmended"], med["raw_frame"]
         text += (f" One frame in one process (no scheduling between processes): libp2p "
                  f"{mb / new:.1f} MB/s, {raw / new:.2f}× raw TCP ({mb / raw:.1f} MB/s); "
-                 f"with mends 10-13 off {mb / old:.1f} MB/s, {raw / old:.2f}×.")
+                 f"with mends 10-14 off {mb / old:.1f} MB/s, {raw / old:.2f}×.")
     return text
 
 

@@ -44,7 +44,7 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Yamux (py-libp2p, Python)", ("libp2p/stream_muxer/",)),
     ("Noise, secure session, msgio (py-libp2p + noiseprotocol)",
      ("libp2p/security/", "libp2p/io/", "site-packages/noise/")),
-    ("throughput mends (peerd/net/mends_throughput.py)", ("mends_throughput",)),
+    ("throughput mends (peerd/net/mends_throughput*.py)", ("mends_throughput",)),
     ("other py-libp2p (net stream, swarm)", ("libp2p/",)),
     ("trio scheduling, locks, events", ("trio/", "outcome/")),
     ("peerd framing + stream (peerd/net)", ("peerd/net/",)),
@@ -64,15 +64,16 @@ IDLE = CATEGORIES[0][0]
 
 
 async def _sessions(mb: float, n: int, unmended: bool, profile: Path | None
-                    ) -> tuple[list[float], list[float], list[float]]:
-    """Wall s, A's CPU s, B's CPU s per session (after one warm-up)."""
+                    ) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Wall s, A's CPU s, B's CPU s, B's event-loop thread CPU s per session (after one
+    warm-up)."""
     seed = os.urandom(32)
     fleet = peers.Fleet(peers.n_params(mb), seed)
     args = ["--serve-session", seed.hex(), "--mb", str(mb), "--cpu"]
     args += ["--unmended"] if unmended else []
     args += ["--profile", str(profile / "b.prof")] if profile else []
     mends_throughput.set_enabled(not unmended)
-    wall, cpu_a, cpu_b = [], [], []
+    wall, cpu_a, cpu_b, loop_b = [], [], [], []
     async with trio.open_nursery() as nursery:
         proc, lines, b_id, b_port = await peers.spawn(nursery, *args)
         addrs = [f"/ip4/127.0.0.1/tcp/{b_port}"]
@@ -92,18 +93,19 @@ async def _sessions(mb: float, n: int, unmended: bool, profile: Path | None
                 profiler.disable()
             assert result.sent == 1, result
             with trio.fail_after(peers.CASE_TIMEOUT_S):
-                received, b_cpu = (await lines.receive()).split()
+                received, b_cpu, b_loop = (await lines.receive()).split()
             assert received == "1", received
             if i:  # the first is the warm-up
                 wall.append(time.perf_counter() - t0)
                 cpu_a.append(time.process_time() - c0)
                 cpu_b.append(float(b_cpu))
+                loop_b.append(float(b_loop))
         if profiler and profile:
             profiler.dump_stats(profile / "a.prof")
         await peers.end(proc)
         nursery.cancel_scope.cancel()
     mends_throughput.set_enabled(True)
-    return wall, cpu_a, cpu_b
+    return wall, cpu_a, cpu_b, loop_b
 
 
 def categorize(path: Path) -> dict[str, float]:
@@ -126,27 +128,30 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=44.0)
     ap.add_argument("--sessions", type=int, default=5)
     ap.add_argument("--unmended", action="store_true",
-                    help="py-libp2p's own data path on both ends (mends 10-13 off)")
+                    help="py-libp2p's own data path on both ends (mends 10-14 off)")
     ap.add_argument("--no-profile", action="store_true", help="only the first pass")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
-    wall, cpu_a, cpu_b = trio.run(_sessions, args.mb, args.sessions, args.unmended, None)
+    wall, cpu_a, cpu_b, loop_b = trio.run(_sessions, args.mb, args.sessions, args.unmended,
+                                          None)
     med = statistics.median
     if args.no_profile:
         print(f"{'off' if args.unmended else 'on'}: load {load0:.1f}; wall "
               f"{' '.join(f'{t:.2f}' for t in wall)}; CPU B "
-              f"{' '.join(f'{t:.2f}' for t in cpu_b)} (median {med(cpu_b):.3f}); CPU A "
-              f"median {med(cpu_a):.3f}")
+              f"{' '.join(f'{t:.2f}' for t in cpu_b)} (median {med(cpu_b):.3f}), of which "
+              f"its event-loop thread {' '.join(f'{t:.3f}' for t in loop_b)} (median "
+              f"{med(loop_b):.3f}); CPU A median {med(cpu_a):.3f}")
         return
     with tempfile.TemporaryDirectory(prefix="peerd-profile-") as tmp:
         trio.run(_sessions, args.mb, args.sessions, args.unmended, Path(tmp))
         cats = {side: categorize(Path(tmp) / f"{side}.prof") for side in ("a", "b")}
-    mode = "mends 10-13 off (py-libp2p's own path)" if args.unmended else "mended"
+    mode = "mends 10-14 off (py-libp2p's own path)" if args.unmended else "mended"
     n = args.sessions
     print(f"{args.mb:g} MB entry, two processes, {mode}: load average {load0:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after; median of {n} sessions: wall "
           f"{med(wall):.3f} s ({args.mb / med(wall):.1f} MB/s), CPU A (sender) "
-          f"{med(cpu_a):.3f} s, B (receiver) {med(cpu_b):.3f} s")
+          f"{med(cpu_a):.3f} s, B (receiver) {med(cpu_b):.3f} s, of which its event-loop "
+          f"thread {med(loop_b):.3f} s")
     print()
     print("| where (cProfile tottime per session) | A, sender s | B, receiver s |")
     print("| --- | ---: | ---: |")

@@ -35,8 +35,9 @@ section "py-libp2p 0.8.1 defects"), numbered as the code cites them:
 
 10 to 13 are the Noise + Yamux data path's (window updates on every read, a 256 KiB window,
 two Noise messages and two ``send`` calls per 64 KiB frame, two ``recv`` calls per Noise
-message, copies): :mod:`peerd.net.mends_throughput` owns them, and
-:func:`apply_library_mends` installs them.
+message, copies): :mod:`peerd.net.mends_throughput` owns them; 14 (the Yamux reader's
+per-frame locks, cancel scopes, events and wake-ups) is :mod:`peerd.net.mends_throughput_rx`'s,
+and :func:`apply_library_mends` installs them all.
 
 Mends 2, 3 and 5 are steps of :mod:`peerd.net.transport`'s own flow (``open_transport``,
 its stream handler, ``Transport.connect``), and so are mend 9's closes; mend 8's verdict is
@@ -64,7 +65,7 @@ from libp2p.abc import INetwork
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
 
-from peerd.net import mends_throughput
+from peerd.net import mends_throughput, mends_throughput_rx
 from peerd.net.framing import TransportError
 from peerd.net.transport_config import (
     STALLED_RETRANSMITS,
@@ -121,7 +122,7 @@ _mends_applied = False
 
 def apply_library_mends() -> None:
     """Process-wide fixes to py-libp2p 0.8.1 module state (idempotent; mends 4, 7, 9's
-    socket options and 10 to 13)."""
+    socket options and 10 to 14)."""
     global _mends_applied
     if _mends_applied:
         return
@@ -137,6 +138,7 @@ def apply_library_mends() -> None:
         logging.getLogger("libp2p").addHandler(_DemoteToDebug())
     _tune_tcp_streams()  # mend 9
     mends_throughput.apply()  # mends 10 to 13
+    mends_throughput_rx.apply()  # mend 14
     _mends_applied = True
 
 

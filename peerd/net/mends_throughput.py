@@ -77,7 +77,7 @@ _MARK = "_peerd_fast"
 
 
 def set_enabled(on: bool) -> None:
-    """Whether connections made from now on (and their streams) use mends 10 to 13; those
+    """Whether connections made from now on (and their streams) use mends 10 to 14; those
     made before keep what they started with. On by default; the benchmark turns it off
     for its "before" case, to time py-libp2p's own path."""
     global _enabled
@@ -104,23 +104,31 @@ def _mark_on_init(cls: type, inherit: str | None = None) -> None:
 # --- mend 10: Yamux flow control ------------------------------------------------------------
 
 
-async def _return_credit(self: Any, *, bytes_read: int = 0) -> None:
+def take_credit(self: Any, bytes_read: int) -> int:
     """go-yamux's ``sendWindowUpdate``: top the receive window up to its target once at
-    least half of it has been consumed. The target is the spec's 256 KiB until the reader
-    has consumed that much, RECEIVE_WINDOW after. ``recv_window + buffered`` never exceeds
-    the target, so the bytes held for this stream stay within it."""
+    least half of it has been consumed; the credit to announce (0: none yet). The target is
+    the spec's 256 KiB until the reader has consumed that much, RECEIVE_WINDOW after.
+    ``recv_window + buffered`` never exceeds the target, so the bytes held for this stream
+    stay within it. No await: atomic under trio without ``window_lock`` (which py-libp2p
+    never holds across an await either)."""
+    consumed = self.__dict__.get("_peerd_consumed", 0) + bytes_read
+    self._peerd_consumed = consumed
+    target = RECEIVE_WINDOW if consumed >= _yamux.DEFAULT_WINDOW_SIZE else (
+        _yamux.DEFAULT_WINDOW_SIZE)
+    buffered = len(self.conn.stream_buffers.get(self.stream_id, b""))
+    delta = target - (self.recv_window + buffered)
+    if delta < target // 2:
+        return 0
+    self.recv_window += delta
+    return int(delta)
+
+
+async def _return_credit(self: Any, *, bytes_read: int = 0) -> None:
     async with self.window_lock:
-        consumed = self.__dict__.get("_peerd_consumed", 0) + bytes_read
-        self._peerd_consumed = consumed
-        target = RECEIVE_WINDOW if consumed >= _yamux.DEFAULT_WINDOW_SIZE else (
-            _yamux.DEFAULT_WINDOW_SIZE)
-        buffered = len(self.conn.stream_buffers.get(self.stream_id, b""))
-        delta = target - (self.recv_window + buffered)
-        if delta < target // 2:
-            return
-        self.recv_window += delta
-    # Never under window_lock: the reader of inbound updates needs it (py-libp2p's rule).
-    await self.send_window_update(delta, skip_lock=True)
+        delta = take_credit(self, bytes_read)
+    if delta:
+        # Never under window_lock: the reader of inbound updates needs it (py-libp2p's rule).
+        await self.send_window_update(delta, skip_lock=True)
 
 
 def _wrap_credit(original: _Does) -> _Does:
@@ -136,13 +144,19 @@ def _wrap_credit(original: _Does) -> _Does:
 
 
 async def _wait_for_window(stream: Any) -> None:
-    """py-libp2p's wait for a WINDOW_UPDATE (it records none as an event), kept as is."""
+    """py-libp2p's wait for a WINDOW_UPDATE and its 5 s limit. py-libp2p records no event
+    for an update, so it polls every 10 ms; a WINDOW_UPDATE read by mend 14
+    (:mod:`peerd.net.mends_throughput_rx`) sets ``_peerd_window`` and wakes the writer at
+    once. The poll stays: it sees a close or reset, which py-libp2p signals to nobody."""
     with trio.move_on_after(_WINDOW_WAIT_S):
         while True:
             async with stream.window_lock:
                 if stream.send_window > 0 or stream.closed:
                     return
-            await trio.sleep(_WINDOW_POLL_S)
+            # No await since the check: no update can come between it and the event
+            stream._peerd_window = event = trio.Event()
+            with trio.move_on_after(_WINDOW_POLL_S):
+                await event.wait()
     raise MuxedStreamError("Timed out waiting for window update after 5 seconds.")
 
 
