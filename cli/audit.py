@@ -108,9 +108,11 @@ def audit(
     state_dir: StateDirOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Show each round's participation: members blended with α and weight, staleness and
-    drift, entries refused (with reasons) and expired. Reads the state directory when the
-    daemon is not running."""
+    """Show each round's participation: who was blended, refused or expired.
+
+    Per round: the members blended with α and weight, staleness and drift, the entries
+    refused (with reasons) and expired. Reads the state directory when the daemon is not
+    running."""
     path = resolve_socket(socket, config, state_dir)
     answer: Audit | ControlError
     try:

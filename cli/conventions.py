@@ -8,12 +8,13 @@ one), :class:`ConventionalGroup` is the root group's class: when typer builds th
 tree it rewrites the display of every parameter below it, commands added later included.
 An explicit ``metavar=`` on a declaration still wins.
 
-Owns only how parameters are *shown*; parsing, defaults and validation stay typer's.
+Owns only how parameters and help text are *shown*; parsing, defaults and validation stay typer's.
 ``tests/cli/test_cli_conventions.py`` walks every command's ``--help`` to keep it so.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -102,13 +103,26 @@ class _Group(TyperGroup):
         return _help_option(super().get_help_option(ctx))
 
 
+def reflow(help_text: str | None) -> str | None:
+    """A docstring's paragraphs as single lines. Typer (0.29) keeps the source's line breaks
+    inside every paragraph after the first, so a wrapped docstring showed as ragged lines
+    ("... a peer that" / "failed ..."); the terminal wraps a single line itself. Paragraphs
+    that start with ``\b`` (click's "keep as is") are left alone."""
+    if not help_text:
+        return help_text
+    paragraphs = inspect.cleandoc(help_text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n"))
+                       for p in paragraphs)
+
+
 def apply_conventions(command: _click.Command) -> None:
-    """Rewrite how ``command`` and every command below it show their parameters."""
+    """Rewrite how ``command`` and every command below it show their parameters and help."""
     for cmd in _commands(command):
         if type(cmd) is TyperCommand:
             cmd.__class__ = _Command
         elif type(cmd) is TyperGroup:
             cmd.__class__ = _Group
+        cmd.help = reflow(cmd.help)
         for param in cmd.params:
             _conventional_param(param)
 

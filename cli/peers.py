@@ -62,8 +62,10 @@ def peers(
     state_dir: StateDirOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """List the peers the daemon knows: connection state, last seen, bytes in and out, and
-    the backoff of a peer that failed (failures in a row, seconds until the next dial)."""
+    """List the peers the daemon knows, with their connection state and traffic.
+
+    Per peer: connection state, last seen, bytes in and out, and the backoff of a peer that
+    failed (failures in a row, seconds until the next dial)."""
     path = resolve_socket(socket, config, state_dir)
     if path is None:
         raise fail(not_running(path, state_dir))

@@ -10,7 +10,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from peerd.cli.app import app
-from peerd.cli.conventions import conventional_metavar, walk
+from peerd.cli.conventions import conventional_metavar, reflow, walk
 
 runner = CliRunner(env={"COLUMNS": "120"})
 ROOT = typer.main.get_command(app)
@@ -53,6 +53,28 @@ def test_every_config_option_has_dash_c(path: tuple[str, ...]) -> None:
     for param in command.params:
         if "--config" in getattr(param, "opts", []):
             assert "-c" in param.opts, f"peerd {' '.join(path)}: --config without -c"
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "peerd")
+def test_help_paragraphs_are_single_lines_the_terminal_wraps(path: tuple[str, ...]) -> None:
+    command = ROOT
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    for paragraph in (command.help or "").split("\n\n"):
+        assert paragraph.startswith("\b") or "\n" not in paragraph, paragraph
+
+
+def test_reflow_joins_lines_within_paragraphs_only() -> None:
+    doc = """First line
+    goes on.
+
+    Second paragraph,
+    wrapped.
+
+    \b
+    kept
+    as is"""
+    assert reflow(doc) == "First line goes on.\n\nSecond paragraph, wrapped.\n\n\b\nkept\nas is"
 
 
 def test_version_prints_the_installed_version() -> None:
