@@ -103,7 +103,7 @@ state_dir = {_toml_str(state_dir)}
 # round_interval_s = 10.0
 # max_silence_s = 300.0        # epsilon > 0: republish after this long silent; unset = tau_max/2
 # mode = "weights"             # weights (models, one architecture) | knowledge (logits)
-#                              # | cordial (Pairwise-10 agents exchanging views)
+#                              # | cordial (Pairwise-10 or sensor agents exchanging views)
 # key_dim = 64                 # knowledge: sample key width (fleet-wide)
 # distill_beta = 1.5           # knowledge: weight of the KL term towards the teachers
 # distill_temperature = 3.0    # knowledge: softmax temperature of the KL term
@@ -112,6 +112,8 @@ state_dir = {_toml_str(state_dir)}
 # cordial_images_per_digit = 25  # cordial: P; the shared index is 27·P ids, fleet-wide
 # cordial_coordination = true    # cordial: false = isolated baseline (no view used)
 # cordial_warmup_epochs = 50     # cordial: epochs before the coordination layers train
+# cordial_bucket_s = 10.0        # cordial sensors: seconds of a time bucket (fleet-wide)
+# cordial_window = 64            # cordial sensors: last buckets kept and published (4-4096)
 # blend = "weighted"           # weighted | median | trimmed[:0.1] | clipped[:1.0] | krum[:1]
 # local_policy = "plain"       # plain | fedbss (warm-up, then an easy-to-hard curriculum)
 # fedbss_warmup_rounds = 20    # plain rounds before the curriculum (see docs/operations.md)
@@ -131,7 +133,8 @@ state_dir = {_toml_str(state_dir)}
 # update_norm_min_history = 8  # no bound until this many were seen (cold start)
 
 [task]
-# name = "digits"              # digits | mnist | fashion-mnist | csv | package.module:attr
+# name = "digits"              # digits | mnist | fashion-mnist | csv | sensors (cordial)
+#                              # | package.module:attr
 # partition = "dirichlet:0.5"  # demo tasks: iid | shards | dirichlet:PI
 # node_index = 0               # demo tasks: this node's slice ...
 # node_count = 1               # ... of this many

@@ -231,8 +231,11 @@ def status_view(status: Status) -> Group:
 def views_table(v: ViewsStatus) -> Table:
     """Cordial mode: whose views are held and how many of the current ids each covers."""
     use = "coordination on" if v.coordination else "isolated: views not used"
+    # A regression (the sensor task) has no accuracy: its held-out loss is shown instead.
+    score = f"test accuracy {_fmt(v.test_accuracy)}" if v.test_accuracy is not None \
+        or v.test_loss is None else f"test loss {_fmt(v.test_loss, 4)}"
     table = Table(title=f"views: agent {v.agent} of {v.agents}, {v.ids} ids, {use}, "
-                        f"epoch {_fmt(v.epoch, 1)}, test accuracy {_fmt(v.test_accuracy)}")
+                        f"epoch {_fmt(v.epoch, 1)}, {score}")
     for col in ("agent", "origin", "version", "age s", "ids", "used"):
         table.add_column(col, justify="left" if col == "origin" else "right", overflow="fold")
     for r in v.peers:

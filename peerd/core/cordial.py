@@ -9,7 +9,8 @@ one η(t) (Theorem 2: Σ η²/ε < ∞), and Λ is projected onto a Frobenius ba
 only inside the gradient of M_i.
 
 Owns: the step-size sequences and their Theorem-2 conditions, the residualised local
-variables, the stochastic gradients (10)/(12) and one two-time-scale step, the isolated SGD
+variables, the stochastic gradients (10)/(12) and one two-time-scale step (for the whole
+fleet, or for one agent from the embedded outputs its peers sent), the isolated SGD
 baseline, the closed-form losses (4) and (14), the expected gradients (18)/(19) and the
 Picard fixed point A_i* ← A_i + Σ_j Λ_j^i* A_j* Cov(X_j, X_i) of §6.1.
 
@@ -114,7 +115,19 @@ def project(lam: Tensor, radius: float) -> Tensor:
 def gradients(
     m: Tensor, lam: Tensor, x0: Tensor, y0: Tensor, x1: Tensor, radius: float
 ) -> tuple[Tensor, Tensor]:
-    """The batch-averaged stochastic gradients g_{M_i} (eq. 10) and g_{Λ_j^i} (eq. 12).
+    """The batch-averaged stochastic gradients g_{M_i} (eq. 10) and g_{Λ_j^i} (eq. 12): see
+    :func:`embedded_gradients`, given the embedded outputs M_j X_j of both batches."""
+    return embedded_gradients(embedded(m, x0), embedded(m, x1), lam, x0, y0, x1, radius)
+
+
+def embedded_gradients(
+    e0: Tensor, e1: Tensor, lam: Tensor, x0: Tensor, y0: Tensor, x1: Tensor, radius: float
+) -> tuple[Tensor, Tensor]:
+    """The batch-averaged stochastic gradients g_{M_i} (eq. 10) and g_{Λ_j^i} (eq. 12) from
+    the embedded outputs ``e0``/``e1`` [r, B, N, m] of batches B_t^0/B_t^1.
+
+    Agent i's rows read only everyone's embedded outputs and its own X_i, Y_i: what one agent
+    holds when the others are remote (:func:`agent_step`).
 
     g_M uses the projected Λ (the projection bounds its variance, not its mean); g_Λ uses Λ
     itself, with the prediction residual from B_t^0's leave-one-out variables and the
@@ -134,7 +147,6 @@ def gradients(
     if b < 2:
         raise ValueError("the leave-one-out covariance needs a batch of at least 2")
     off = _offdiag(lam.shape[1], lam)[None, :, :, None, None]
-    e0, e1 = embedded(m, x0), embedded(m, x1)
     s0 = torch.einsum("rlka,rlid->rkiad", e0, x0)
     grow = 1.0 + (x0 * x0).sum(-1, keepdim=True) / (b - 1)  # [r, B, N, 1]
 
@@ -161,6 +173,35 @@ def cordial_step(
     """One iteration of Algorithm 1 for every agent: M_i with ε(t), Λ_j^i with η(t)."""
     g_m, g_lam = gradients(m, lam, x0, y0, x1, steps.rho(t))
     return m - steps.eps(t) * g_m, lam - steps.eta(t) * g_lam
+
+
+def agent_step(
+    m_i: Tensor, lam_i: Tensor, index: int, e0: Tensor, x0_i: Tensor, y0_i: Tensor,
+    e1: Tensor, x1_i: Tensor, t: int, steps: StepSizes,
+) -> tuple[Tensor, Tensor]:
+    """:func:`cordial_step` for agent ``index`` alone, from what it holds: M_i [m, d],
+    Λ^i [N, m, m] (Λ^i[j] = Λ_j^i), its inputs x_i [B, d] of both batches and labels
+    y_i [B, m] of B_t^0, and the peers' embedded outputs e [B, N, m] (zero where absent;
+    the own slot is recomputed as M_i x_i). Equal to row i of :func:`cordial_step` when the
+    peers' outputs are M_j X_j: the other agents' inputs enter only through them.
+    """
+    n = e0.shape[1]
+
+    def fleet(x: Tensor) -> Tensor:  # [B, k] -> [1, B, N, k], zero outside the own slot
+        out = x.new_zeros(x.shape[0], n, x.shape[1])
+        out[:, index] = x
+        return out[None]
+
+    def outputs(e: Tensor, x: Tensor) -> Tensor:
+        e = e.clone()
+        e[:, index] = x @ m_i.T
+        return e[None]
+
+    lam = lam_i.new_zeros(1, n, *lam_i.shape)
+    lam[0, index] = lam_i
+    g_m, g_lam = embedded_gradients(outputs(e0, x0_i), outputs(e1, x1_i), lam, fleet(x0_i),
+                                    fleet(y0_i), fleet(x1_i), steps.rho(t))
+    return m_i - steps.eps(t) * g_m[0, index], lam_i - steps.eta(t) * g_lam[0, index]
 
 
 def isolated_step(m: Tensor, x0: Tensor, y0: Tensor, t: int, steps: StepSizes) -> Tensor:

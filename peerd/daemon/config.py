@@ -56,10 +56,13 @@ from peerd.daemon.config_checks import (
     check_task_name,
     shown,
 )
+from peerd.daemon.config_checks import (
+    ConfigError as ConfigError,  # raised here, caught by callers of peerd.daemon.config
+)
+from peerd.daemon.config_modes import check_mode
 from peerd.node.peers import DEFAULT_FANOUT, MAX_PEERS
 from peerd.protocol.limits import (
     FLEET_ID_LEN,
-    MAX_DIGEST_ITEMS,
     MAX_KEY_DIM,
     PUBLIC_KEY_LEN,
 )
@@ -74,10 +77,6 @@ STATE_DIR_ENV = "PEERD_STATE_DIR"
 #: The default libp2p port; several daemons on one machine each need their own (or 0).
 DEFAULT_LISTEN_PORT = 4011
 
-
-
-class ConfigError(ValueError):
-    """A config file that cannot be read or holds an unknown key or a bad value."""
 
 
 # ---------------------------------------------------------------------------- sections
@@ -207,6 +206,10 @@ class LearningConfig:
     cordial_images_per_digit: int = 25
     cordial_coordination: bool = True
     cordial_warmup_epochs: int = 50
+    #: Cordial mode's sensors (peerd.core.timebuckets): a time bucket's seconds and the last
+    #: buckets kept, trained on and published. Fleet-wide (part of the view schema).
+    cordial_bucket_s: float = 10.0
+    cordial_window: int = 64
 
     @property
     def alpha_policy(self) -> AlphaPolicy:
@@ -333,6 +336,8 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "capacity_per_group": check_optional(check_int(1, lim.MAX_CAPACITY)),
         "cordial_images_per_digit": check_int(1, lim.MAX_CORDIAL_IMAGES_PER_DIGIT),
         "cordial_coordination": check_bool, "cordial_warmup_epochs": check_int(0),
+        "cordial_bucket_s": check_float(0.0, strict=True),
+        "cordial_window": check_int(lim.MIN_CORDIAL_WINDOW, lim.MAX_CORDIAL_WINDOW),
     }),
     "validation": (ValidationConfig, {
         "max_norm": check_float(0.0, strict=True), "max_examples": check_int(1),
@@ -409,6 +414,9 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
                               f"got {task.node_index}")
         if task.name == "csv" and task.csv_glob is None:
             raise ConfigError("[task] csv_glob: required when name = \"csv\"")
+        if task.name == "sensors" and (learning is None or learning.mode != "cordial"):
+            raise ConfigError('[task] name: "sensors" runs in [learning] mode = "cordial" only '
+                              "(its labels depend on the other nodes' inputs)")
     validation: ValidationConfig | None = parts.get("validation")
     if validation is not None and \
             validation.update_norm_min_history > validation.update_norm_window:
@@ -426,56 +434,9 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
             raise ConfigError(f"[learning] blend: {learning.blend} needs more than 2f + 2 = "
                               f"{2 * f.f + 2} models, but capacity {learning.capacity} + the own "
                               "model can never hold that many")
-    if learning is not None and learning.local_policy == "fedbss":
-        if learning.mode == "knowledge":
-            raise ConfigError('[learning] local_policy: "fedbss" needs mode = "weights" '
-                              '(knowledge mode trains by distillation)')
-        if task is not None and task.name == "csv" and task.csv_kind == "regression":
-            raise ConfigError('[learning] local_policy: "fedbss" needs a classification task '
-                              '(it scores samples by their true class), got [task] csv_kind = '
-                              '"regression"')
-    if learning is not None and learning.mode == "knowledge":
-        if task is not None and task.name == "csv" and task.csv_kind == "regression":
-            # Knowledge is per-sample class logits retrieved by same-label neighbours.
-            raise ConfigError('[learning] mode: "knowledge" needs a classification task, '
-                              'got [task] csv_kind = "regression"')
-        if learning.blend != "weighted":
-            raise ConfigError('[learning] blend: must be "weighted" in mode = "knowledge" '
-                              f"(knowledge mode averages no models), got {learning.blend!r}")
-        if learning.epsilon > 0:
-            raise ConfigError('[learning] epsilon: must be 0 in mode = "knowledge" (logits '
-                              f"change every round and cost little), got {learning.epsilon:g}")
-        # A knowledge node announces two entries per origin (knowledge and keys), own
-        # included: all of them must fit one Digest.
-        most = MAX_DIGEST_ITEMS // 2 - 1
-        if learning.capacity > most:
-            raise ConfigError(f'[learning] capacity: at most {most} in mode = "knowledge" '
-                              f"(a Digest lists two entries per origin), got "
-                              f"{learning.capacity}")
-    if learning is not None and learning.mode == "cordial":
-        _check_cordial(learning, task)
+    if learning is not None:
+        check_mode(learning, task)
     return Config(**parts, source=source)
-
-
-def _check_cordial(learning: LearningConfig, task: TaskConfig | None) -> None:
-    """Cordial mode runs Pairwise-10: one agent per node, a view per peer agent."""
-    agents = task.node_count if task is not None else 1
-    if task is None or task.name != "mnist":
-        raise ConfigError('[task] name: mode = "cordial" runs Pairwise-10 composite MNIST; '
-                          'set name = "mnist"')
-    if agents < 2 or agents % 2:
-        raise ConfigError('[task] node_count: mode = "cordial" needs an even number of agents '
-                          f">= 2 (digit pairs), got {agents}")
-    if learning.group is not None:
-        raise ConfigError('[learning] group: set by mode = "cordial" (agent-<node_index>), '
-                          "leave it out")
-    if learning.capacity < agents - 1:
-        raise ConfigError(f'[learning] capacity: must be >= node_count - 1 = {agents - 1} in '
-                          f'mode = "cordial" (one view per peer agent), got {learning.capacity}')
-    if learning.blend != "weighted" or learning.epsilon > 0 or \
-            learning.local_policy != "plain":
-        raise ConfigError('[learning] blend, epsilon, local_policy: mode = "cordial" averages no '
-                          "models; leave them at their defaults")
 
 
 def load_config(path: Path) -> Config:

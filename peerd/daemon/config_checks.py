@@ -21,13 +21,17 @@ from peerd.protocol.entry import group_problem
 
 #: AF_UNIX socket paths are limited to 108 bytes (sun_path) on Linux, NUL included.
 MAX_SOCKET_PATH_LEN = 107
-TASKS = ("digits", "mnist", "fashion-mnist", "csv")
+TASKS = ("digits", "mnist", "fashion-mnist", "csv", "sensors")
 MODEL_NAMES = ("small", "medium", "large", "cnn", "mlp", "linear")
 _CUSTOM_TASK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _PARTITION = re.compile(r"^(iid|shards|dirichlet:.+)$")
 
 
 Check = Callable[[Any], Any]
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be read or holds an unknown key or a bad value."""
 
 
 class BadValueError(Exception):

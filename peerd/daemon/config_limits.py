@@ -44,6 +44,10 @@ LEARNING_MODES = ("weights", "knowledge", "cordial")
 #: Cordial mode's largest P: the shared index (27·P ids) must fit one view entry's rows
 #: (peerd.protocol.limits.MAX_KNOWLEDGE_SAMPLES).
 MAX_CORDIAL_IMAGES_PER_DIGIT = 606
+#: Cordial mode's sensor window (buckets kept, each a row of the node's view entry): a round
+#: redraws a restored window and scores and publishes all of it, so this bounds a round's
+#: work and a view's size. The least is two batches of two (the leave-one-out covariance).
+MIN_CORDIAL_WINDOW, MAX_CORDIAL_WINDOW = 4, 4096
 #: The update-norm history is kept in memory, one float per norm seen: bounds its size.
 MAX_UPDATE_NORM_WINDOW = 100_000
 #: FedBSS trains E passes over the local data per round: bounds a round's compute (a typo of

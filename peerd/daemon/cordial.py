@@ -16,12 +16,12 @@ learner file (peerd.learn.learnerstate), which the next start restores.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -39,7 +39,6 @@ from peerd.learn.cordialround import (
     index_size,
 )
 from peerd.node.knowstate import KnowledgeState, sign_own_view
-from peerd.node.state import NodeState
 from peerd.protocol.knowledge import KnowledgeSchema
 from peerd.store.statedir import Counters
 
@@ -86,11 +85,8 @@ class CordialMode:
         self.data = agent_data(self.agents, self.index, learning.cordial_images_per_digit,
                                task.seed)
         self.schema = view_schema(self.agents, learning.cordial_images_per_digit, task.seed)
-        base = daemon.node
-        self.node = KnowledgeState(
-            **{f.name: getattr(base, f.name) for f in dataclasses.fields(NodeState)},
-            knowledge=self.schema)
-        self.node.sample_budget = learning.sample_capacity
+        self.node = KnowledgeState.from_node(daemon.node, self.schema,
+                                             sample_budget=learning.sample_capacity)
         self.node.group = agent_group(self.index)
         self.learner = CordialLearner(
             self.data, coordination=learning.cordial_coordination,
@@ -170,17 +166,24 @@ class CordialMode:
 
     async def _publish(self, out: CordialRoundOutput) -> None:
         """This round's h_i for every id, under the node's next version (persisted first)."""
-        d, node, m = self.daemon, self.node, self.daemon.metrics
-        version = max(m.version, node.own_max_version_seen) + 1
-        d.state.save_counters(Counters(round=node.round, version=version))
-        key, fleet, schema = d.key, d.cfg.fleet.fleet_id, self.schema
-        ids = np.arange(self.data.size, dtype=np.int32)
-        held = await trio.to_thread.run_sync(lambda: sign_own_view(
-            key, fleet, schema, version=version, created_at=d.now(), ids=ids,
-            vectors=out.views, group=node.group))
-        node.set_own(held.entry, held.message)
-        node.own = held  # the typed holding (set_own recorded the version in the ledger)
-        m.version = version  # the daemon wakes the gossip loop: a new entry to offer
+        await publish_view(self.daemon, self.node, self.schema,
+                           np.arange(self.data.size, dtype=np.int32), out.views)
+
+
+async def publish_view(d: Daemon, node: KnowledgeState, schema: KnowledgeSchema,
+                       ids: npt.NDArray[np.int32], vectors: npt.NDArray[np.float32]) -> None:
+    """Sign ``vectors`` for ``ids`` as the node's view under its next version (the counters
+    persisted first) and make it the own entry."""
+    m = d.metrics
+    version = max(m.version, node.own_max_version_seen) + 1
+    d.state.save_counters(Counters(round=node.round, version=version))
+    key, fleet = d.key, d.cfg.fleet.fleet_id
+    held = await trio.to_thread.run_sync(lambda: sign_own_view(
+        key, fleet, schema, version=version, created_at=d.now(), ids=ids, vectors=vectors,
+        group=node.group))
+    node.set_own(held.entry, held.message)
+    node.own = held  # the typed holding (set_own recorded the version in the ledger)
+    m.version = version  # the daemon wakes the gossip loop: a new entry to offer
 
 
 def attach(daemon: Daemon) -> CordialMode:

@@ -38,7 +38,7 @@ from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import Status
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
-from peerd.daemon import cordial, sdnotify
+from peerd.daemon import cordial, cordial_sensors, sdnotify
 from peerd.daemon.config import Config
 from peerd.daemon.host import Metrics
 from peerd.daemon.knowledge import attach
@@ -136,8 +136,12 @@ class Daemon:
         self.participation = Participation(cfg.node.state_dir, learning.blend, clock=clock)
         #: Knowledge mode (FedCache): the node becomes a KnowledgeState, rounds distil.
         self.knowledge = attach(self) if learning.mode == "knowledge" else None
-        #: Cordial mode: the node holds views under a view schema, rounds train one agent.
-        self.cordial = cordial.attach(self) if learning.mode == "cordial" else None
+        #: Cordial mode: the node holds views under a view schema, rounds train one agent
+        #: (Pairwise-10's, or a sensor's on time buckets with [task] name = "sensors").
+        self.cordial: cordial.CordialMode | cordial_sensors.SensorMode | None = None
+        if learning.mode == "cordial":
+            self.cordial = (cordial_sensors.attach(self) if cfg.task.name == "sensors"
+                            else cordial.attach(self))
         self._restore()
 
     # ------------------------------------------------------------------ state

@@ -16,7 +16,6 @@ nothing else changes.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 from typing import Protocol
@@ -39,7 +38,6 @@ from peerd.learn.knowround import (
     run_knowledge_round,
 )
 from peerd.node.knowstate import KnowledgeState, sign_own_keys, sign_own_knowledge
-from peerd.node.state import NodeState
 from peerd.protocol.limits import MAX_KNOWLEDGE_SAMPLES
 from peerd.store.statedir import Counters
 
@@ -68,11 +66,8 @@ class KnowledgeMode:
         self.schema, self.encoder = knowledge_schema(
             cfg.fleet.fleet_id, daemon.task, daemon.model, key_dim=learning.key_dim,
             max_samples=MAX_KNOWLEDGE_SAMPLES)
-        base = daemon.node
-        self.node = KnowledgeState(
-            **{f.name: getattr(base, f.name) for f in dataclasses.fields(NodeState)},
-            knowledge=self.schema)
-        self.node.sample_budget = learning.sample_capacity
+        self.node = KnowledgeState.from_node(daemon.node, self.schema,
+                                             sample_budget=learning.sample_capacity)
         self.keys = encode_keys(self.encoder, self.data.X_train)
         self.labels = self.data.y_train.numpy().astype(np.int64)
         self.cache = KnowledgeCache(learning.key_dim, self.schema.num_classes)

@@ -4,6 +4,7 @@
   ``fashion-mnist`` (Debian ``dataset-fashion-mnist``): demo tasks. Every node of a fleet
   partitions the same training set with the same seed and keeps part ``node_index`` of
   ``node_count`` (non-IID by ``partition``), and is evaluated on the full test set.
+* ``sensors``: cordial mode's time-bucket task (peerd.learn.sensors): generated, nothing read.
 * ``csv``: rows from every file matching a glob, re-read each round so data that keeps
   arriving is used; 1 row in 5 (by a stable hash of the row) is held out for validation.
 * ``package.module:attr``: a user's own task, any object with ``model()``, ``data()`` and
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 
 from peerd.core.local_update import LossName
+from peerd.learn import sensors
 from peerd.learn.data import (
     DATASET_SHAPES,
     DataError,
@@ -41,6 +43,7 @@ from peerd.learn.data import (
     load_dataset,
     partition,
 )
+from peerd.learn.linearproblem import M_OUT, D
 from peerd.learn.models import MLP, build_model, default_model_kind
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,8 @@ FLEET_INIT_SEED = 0
 #: CSV safety limits: a runaway file or a hostile glob must not exhaust memory.
 MAX_CSV_FILES = 10_000
 MAX_CSV_ROWS = 5_000_000
+#: The sensor task's rows as a plain task: buckets 0..SENSOR_ROWS-1.
+SENSOR_ROWS = 1000
 
 
 class TaskError(ValueError):
@@ -227,6 +232,32 @@ class CsvTask:
             return MLP(len(self.features), out, hidden=32)
 
 
+@dataclass
+class SensorTask:
+    """``sensors``: cordial mode's time-bucket task (peerd.learn.sensors). Only cordial mode
+    trains on it (its learner is peerd.learn.sensorround's); as a plain task it is this node's
+    component of the first :data:`SENSOR_ROWS` buckets (regression, 1 in 5 held out) and the
+    linear map M_i, so that the daemon's scaffolding has a model and data to name."""
+
+    node_index: int
+    node_count: int
+    seed: int
+    name: str = "sensors"
+    loss: LossName = "mse"
+
+    def model(self) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):  # as CsvTask.model: the caller's RNG kept
+            torch.manual_seed(FLEET_INIT_SEED)
+            return nn.Linear(D, M_OUT, bias=False)
+
+    def data(self) -> TaskData:
+        fleet = sensors.SensorFleet(max(2, self.node_count), self.seed)
+        x, y = fleet.observe(self.node_index, range(SENSOR_ROWS))
+        held = torch.arange(SENSOR_ROWS) % 5 == 4
+        x, y = x.float(), y.float()
+        return TaskData(x[~held], y[~held], x[held], y[held])
+
+
 def load_task(
     name: str, *, partition_spec: str = "dirichlet:0.5", node_index: int = 0,
     node_count: int = 1, seed: int = 0, csv_glob: str | None = None, csv_label: str = "label",
@@ -235,6 +266,8 @@ def load_task(
     """Build the task named in the config (see the module docstring)."""
     if name in ("digits", "mnist", "fashion-mnist"):
         return DatasetTask(name, partition_spec, node_index, node_count, seed)
+    if name == "sensors":
+        return SensorTask(node_index, node_count, seed)
     if name == "csv":
         if not csv_glob:
             raise TaskError("task csv needs csv_glob (and optionally csv_features)")
@@ -251,5 +284,5 @@ def load_task(
         if not isinstance(task, Task):
             raise TaskError(f"{name!r} does not provide model(), data() and loss")
         return task
-    raise TaskError(f"unknown task {name!r} (digits, mnist, fashion-mnist, csv, "
+    raise TaskError(f"unknown task {name!r} (digits, mnist, fashion-mnist, csv, sensors, "
                     "or package.module:attr)")

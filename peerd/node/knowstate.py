@@ -26,7 +26,7 @@ ANN index: :meth:`KnowledgeState.batches` hands the daemon's round the joined ro
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import ClassVar
 
@@ -135,6 +135,16 @@ class KnowledgeState(NodeState):
     own_keys: TypedHeld | None = None
 
     entry_kind: ClassVar[str] = KNOWLEDGE
+
+    @classmethod
+    def from_node(cls, base: NodeState, schema: KnowledgeSchema, *,
+                  sample_budget: int) -> KnowledgeState:
+        """``base`` (the state a daemon built for weights: its keys, manifest, ledger and
+        counters) holding knowledge or views of ``schema`` instead."""
+        node = cls(**{f.name: getattr(base, f.name) for f in fields(NodeState)},
+                   knowledge=schema)
+        node.sample_budget = sample_budget
+        return node
 
     # -------------------------------------------------------------- what is held
     def holdings(self) -> list[Held]:

@@ -43,6 +43,15 @@ def test_views_show_agent_coverage_and_use() -> None:
     assert "no" in text
 
 
+def test_a_regression_shows_its_test_loss() -> None:
+    status = cordial_status()
+    assert status.views is not None
+    sensors = dataclasses.replace(status.views, test_accuracy=None, test_loss=0.01234)
+    text = rendered(dataclasses.replace(status, views=sensors))
+    assert "test loss 0.0123" in text
+    assert "test accuracy" not in text
+
+
 def test_other_modes_print_no_views() -> None:
     assert "views:" not in rendered(sample_status())
 

@@ -18,7 +18,7 @@ CORE_DIR = Path(peerd.core.__file__).parent
 #: Modules that must stay importable without torch: the daemon's config (and `peerd status`)
 #: import them, and peerd.protocol imports reasons.
 TORCH_FREE = ("peerd.core.reasons", "peerd.core.limits", "peerd.core.alpha",
-              "peerd.core.blendrules", "peerd.core.updatenorm")
+              "peerd.core.blendrules", "peerd.core.updatenorm", "peerd.core.timebuckets")
 
 
 def _loaded_after(imports: list[str], suspects: tuple[str, ...]) -> list[str]:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from peerd.cli.app import app
 from peerd.core import cordial as cl
+from peerd.learn import linearproblem as lp
 from peerd.learn import pairwise10 as pw
 from peerd.sim import cordial_linear as lin
 from peerd.sim.cordial_mnist import run_pairwise10
@@ -22,7 +23,7 @@ from peerd.sim.cordial_mnist import run_pairwise10
 def test_correlation_draw_is_a_correlation_matrix_and_repairs_when_needed() -> None:
     repaired = 0
     for k in range(40):
-        r, fixed = lin.draw_correlation(8, np.random.default_rng(k))
+        r, fixed = lp.draw_correlation(8, np.random.default_rng(k))
         repaired += fixed
         assert np.allclose(np.diag(r), 1.0)
         assert np.allclose(r, r.T)
@@ -31,26 +32,26 @@ def test_correlation_draw_is_a_correlation_matrix_and_repairs_when_needed() -> N
             assert np.abs(r - np.eye(8)).max() <= 5 / 8
     # The paper: the repair was needed in about 60% of the runs with N = 8, none with N = 32.
     assert 10 <= repaired <= 35
-    assert not any(lin.draw_correlation(32, np.random.default_rng(k))[1] for k in range(10))
+    assert not any(lp.draw_correlation(32, np.random.default_rng(k))[1] for k in range(10))
 
 
 def test_laplace_correlation_matches_monte_carlo() -> None:
     rng = np.random.default_rng(0)
     z1, z2 = rng.standard_normal((2, 400_000))
     r = np.array([[1.0, 0.6], [0.6, 1.0]])
-    got = lin.laplace_correlation(r)
+    got = lp.laplace_correlation(r)
     assert got[0, 0] == 1.0
     assert got[0, 1] == got[1, 0]
-    mapped = lin._laplace_of_gauss(np.stack([z1, 0.6 * z1 + 0.8 * z2]))
+    mapped = lp._laplace_of_gauss(np.stack([z1, 0.6 * z1 + 0.8 * z2]))
     assert mapped.var(1) == pytest.approx([1.0, 1.0], abs=0.01)  # unit-variance Laplace
     assert got[0, 1] == pytest.approx(float(np.mean(mapped[0] * mapped[1])), abs=0.006)
     assert got[0, 1] < 0.6  # the mapping weakens the correlation
-    assert lin.laplace_correlation(np.zeros((2, 2)))[0, 1] == pytest.approx(0.0, abs=1e-9)
+    assert lp.laplace_correlation(np.zeros((2, 2)))[0, 1] == pytest.approx(0.0, abs=1e-9)
 
 
 @pytest.mark.parametrize("dist", ["gaussian", "laplace"])
 def test_problem_satisfies_assumption_1_and_the_kappa_scaling(dist: str) -> None:
-    p = lin.make_problem(6, dist, runs=3, seed=1)
+    p = lp.make_problem(6, dist, runs=3, seed=1)
     off = 1 - torch.eye(6, dtype=torch.float64)
     gamma = (p.lam_star.abs()[..., 0, 0] * p.cov.transpose(1, 2).abs() * off).sum(-1)
     assert (gamma <= 0.8 + 1e-12).all()
