@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.control.status import ViewRow, ViewsStatus
 from peerd.daemon import sdnotify
-from peerd.daemon.host import ModeHost
+from peerd.daemon.host import ModeHost, expire_stale
 from peerd.daemon.memory import release_freed_memory
 from peerd.learn import learnerstate
 from peerd.learn.cordialround import (
@@ -132,9 +132,7 @@ class CordialMode:
     async def round(self) -> None:
         d, node = self.daemon, self.node
         now = d.now()
-        for item in node.expire(now):
-            d.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
-            d.participation.expired(item.meta.origin, item.meta.version)
+        expire_stale(d, node, now)
         views = self.peer_views()
         used = {v.origin: (v.version, v.created_at) for v in node.views()}
         clock = node.clock(now)

@@ -22,6 +22,7 @@ from peerd.control.status import ViewRow, ViewsStatus
 from peerd.core.timebuckets import VIEW_IDS, bucket_of
 from peerd.daemon import sdnotify
 from peerd.daemon.cordial import Daemon, agent_group, agent_of, publish_view
+from peerd.daemon.host import expire_stale
 from peerd.learn import learnerstate
 from peerd.learn.cordialround import PeerView
 from peerd.learn.linearproblem import M_OUT
@@ -99,9 +100,7 @@ class SensorMode:
     async def round(self) -> None:
         d, node = self.daemon, self.node
         now = d.now()
-        for item in node.expire(now):
-            d.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
-            d.participation.expired(item.meta.origin, item.meta.version)
+        expire_stale(d, node, now)
         views = self.peer_views()
         held = {v.origin: (v.version, v.created_at, agent_of(v.group)) for v in node.views()}
         clock = node.clock(now)

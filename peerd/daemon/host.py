@@ -2,8 +2,8 @@
 
 :class:`peerd.daemon.daemon.Daemon` imports the modes, so they cannot import it back; each
 declares the attributes it reads as a :class:`typing.Protocol` built on :class:`ModeHost`,
-the part they share, and the rounds' numbers live here in :class:`Metrics`. Declarations
-only: nothing here runs.
+the part they share, and the rounds' numbers live here in :class:`Metrics`. Declarations,
+and the one step every mode's round starts with (:func:`expire_stale`).
 """
 
 from __future__ import annotations
@@ -51,3 +51,11 @@ class ModeHost(Protocol):
     state: StateDir
     participation: Participation
     now: Callable[[], float]
+
+
+def expire_stale(host: ModeHost, node: NodeState, now: float) -> None:
+    """Drop ``node``'s entries older than τ_max, each written to the audit log and counted
+    as expired in the round's participation record (every mode's first step of a round)."""
+    for item in node.expire(now):
+        host.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
+        host.participation.expired(item.meta.origin, item.meta.version)

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.core.distill import Distillation
 from peerd.daemon import sdnotify
-from peerd.daemon.host import ModeHost
+from peerd.daemon.host import ModeHost, expire_stale
 from peerd.daemon.memory import release_freed_memory
 from peerd.learn import learnerstate
 from peerd.learn.knowcache import KnowledgeBatch, KnowledgeCache
@@ -82,9 +82,7 @@ class KnowledgeMode:
     async def round(self) -> None:
         d, node, learning = self.daemon, self.node, self.daemon.cfg.learning
         now = d.now()
-        for item in node.expire(now):
-            d.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
-            d.participation.expired(item.meta.origin, item.meta.version)
+        expire_stale(d, node, now)
         peers = [KnowledgeBatch(r.origin, r.version, r.created_at, r.keys, r.labels, r.logits)
                  for r in node.batches()]
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])

@@ -21,7 +21,7 @@ import trio
 from peerd.core.entry import CacheItem
 from peerd.core.round import parse_blend
 from peerd.daemon import sdnotify
-from peerd.daemon.host import ModeHost
+from peerd.daemon.host import ModeHost, expire_stale
 from peerd.daemon.memory import release_freed_memory
 from peerd.daemon.normwatch import NormWatch
 from peerd.daemon.notices import plural
@@ -57,9 +57,7 @@ class WeightsMode:
         d = self.daemon
         node, learning, state = d.node, d.cfg.learning, d.state
         now = d.now()
-        for item in node.expire(now):
-            state.audit("expired", origin=item.meta.origin, version=item.meta.version)
-            d.participation.expired(item.meta.origin, item.meta.version)
+        expire_stale(d, node, now)
         clock = node.clock(now)
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
         # The round gets metadata plus a list of entries it consumes (see RoundInput.peers):
