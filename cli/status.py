@@ -215,6 +215,11 @@ def status_view(status: Status) -> Group:
     if busy or avoided:  # the other bounds: worth a line once they bite
         parts.append(f"gossip: {busy} inbound sessions refused busy (max_inbound_sessions), "
                      f"{avoided} duplicate downloads avoided")
+    lib = status.libp2p
+    if lib.get("handler_errors") or lib.get("evicted"):  # mend 15 at work: worth a line
+        parts.append(f"libp2p: {lib.get('handler_errors', 0)} failures inside its own "
+                     f"handlers fenced, {lib.get('evicted', 0)} peerstore entries evicted "
+                     f"(holds {lib.get('peerstore', 0)} peers)")
     rejected = status.rejected
     if rejected:
         rt = Table(title="rejected entries")

@@ -88,6 +88,7 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
                  transport: TransportSnapshot, config: ConfigStatus, listen: Sequence[str],
                  now: float, membership: str = "member",
                  gossip: Mapping[str, int] | None = None,
+                 libp2p: Mapping[str, int] | None = None,
                  views: ViewsStatus | None = None) -> Status:
     clock = node.clock(now)
     cache = tuple(
@@ -157,5 +158,6 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
         dropped=dict(sorted(node.dropped.items())),
         flagged=tuple(sorted(node.ledger.flagged)),
         gossip=dict(gossip or {}),
+        libp2p=dict(libp2p or {}),
         views=views,
     )

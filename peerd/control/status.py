@@ -194,6 +194,12 @@ class Status:
     #: started), "most_dials_in_a_sweep" (at most ``[network] fanout``) and
     #: "most_outbound_at_once" (its own sessions running together, older sweeps' included).
     gossip: Mapping[str, int] = field(default_factory=dict)
+    #: py-libp2p's per-peer state as bounded by peerd (mend 15): "peerstore" (peers it
+    #: holds, at most 2,048), "per_peer_entries" (in all its per-peer tables), "connections",
+    #: "identified", and since start "forgotten" (outsiders dropped once disconnected),
+    #: "evicted" (peerstore entries evicted by the bound) and "handler_errors" (library
+    #: stream handlers that raised: fenced, the stream reset). Empty before the host is up.
+    libp2p: Mapping[str, int] = field(default_factory=dict)
     #: Cordial mode (``[learning] mode = "cordial"``): whose views are held, for how many of
     #: the current ids; None in the other modes.
     views: ViewsStatus | None = None

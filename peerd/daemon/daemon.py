@@ -514,5 +514,6 @@ class Daemon:
                             gossip={"busy_refusals": self.busy_refusals,
                                     "duplicates_avoided": self._inflight.deduplicated,
                                     **self.gossip_counts},
+                            libp2p=None if t is None else t.library_tables.counts(),
                             views=None if self.cordial is None else self.cordial.status(
                                 self.now()))

@@ -63,6 +63,7 @@ from peerd.net.mends import (
     connection_config,
     switch_off_auto_connector,
 )
+from peerd.net.peertables import PeerTables
 from peerd.net.stream import Stream as Stream
 from peerd.net.swarmconns import SwarmConnections, parse_peer_id
 from peerd.net.transport_config import (
@@ -121,7 +122,9 @@ class _ConnectionEvents(INotifee):
             self._t._admission.screen(conn.muxed_conn, peer_id)
 
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
-        self._t._peer_event(str(conn.muxed_conn.peer_id), connected=False)
+        peer_id = str(conn.muxed_conn.peer_id)
+        self._t._peer_event(peer_id, connected=False)
+        self._t.library_tables.disconnected(peer_id)  # mend 15: an outsider is forgotten
 
     async def listen(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
         return None
@@ -158,6 +161,9 @@ class Transport:
         )
         swarm = self._host.get_network()
         self._conns = SwarmConnections(swarm)
+        #: Mend 15: the library's per-peer tables bounded, its own handlers fenced.
+        self.library_tables = PeerTables(self._host, admit)
+        self.library_tables.install()
         # One retry: the caller (gossip) owns the back-off policy, not the library.
         swarm.retry_config = RetryConfig(max_retries=1)  # type: ignore[attr-defined]
         switch_off_auto_connector(swarm)  # mend 6

@@ -23,10 +23,12 @@ PROTOCOL_ID = "/peerd/cache/1.0.0"
 
 # --- limits and deadlines (framing's own are in peerd.net.framing) --------------------------
 
-#: Lifetime inbound-connection budget. py-libp2p sizes its inbound limiter as
-#: max_connections - min_connections and never returns a slot while the host runs; at the
-#: default (250) a node stops accepting anyone after 250 reconnects. 10**6 reconnects at
-#: ~15 KB leaked each is ~15 GB, i.e. the daemon would be restarted long before this bites.
+#: Inbound-connection budget. py-libp2p sizes its inbound limiter as max_connections -
+#: min_connections and returned a slot only when the host ended, so at its default (250) a
+#: node stopped accepting anyone after 250 reconnects (mend 1 raised it this far). Since
+#: mend 15 a slot comes back when its connection closes, so this now bounds connections
+#: held at once (admission, mend 8, closes outsiders' long before); the name is kept for
+#: the config it is part of.
 MAX_LIFETIME_INBOUND_CONNECTIONS = 1_000_000
 #: Connect + Noise handshake + Yamux negotiation; bounds a peer (or a closed/filtered port)
 #: that accepts TCP and then stalls, so a dial never blocks gossip indefinitely.
@@ -79,6 +81,11 @@ CONNECTION_SWEEP_S = 2.0
 #: Peers whose counters we keep; identities cost nothing to mint, so entries of peers
 #: that are gone (no connection, no stream) are dropped beyond this, oldest first.
 MAX_TRACKED_PEERS = 4096
+#: Peers py-libp2p's peerstore may hold (mend 15, peerd.net.peertables): every member of
+#: the largest manifest (MAX_MEMBERS, 1,024) plus as many again for outsiders connected at
+#: the moment. Threat: throw-away identities growing the library's tables; its own cap
+#: (1,000) evicted the host's own entry, and identify then crashed the host.
+MAX_LIBRARY_PEERS = 2048
 
 
 class StreamLimitError(TransportError):

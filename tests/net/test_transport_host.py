@@ -262,8 +262,11 @@ def test_outbound_budget_stops_us_uploading_to_one_peer() -> None:
     run(body)
 
 
-def test_lifetime_inbound_cap_is_ours_to_set() -> None:
-    """py-libp2p never returns an inbound slot while the host runs: show it with cap 3."""
+def test_the_inbound_cap_is_ours_to_set_and_a_closed_connection_returns_its_slot() -> None:
+    """py-libp2p held each inbound slot until the host ended (so mend 1 raised its cap);
+    since mend 15 the task serving a connection ends, and returns its slot, once that
+    connection closes: with a cap of 3, five connections in turn get in, a fourth at once
+    does not."""
 
     async def cycle(a: Transport, b: Transport) -> None:
         await a.connect(b.peer_id, b.listen_addrs)
@@ -273,16 +276,19 @@ def test_lifetime_inbound_cap_is_ours_to_set() -> None:
         await a.disconnect(b.peer_id)
         with trio.fail_after(5):
             # libp2p drops the connection on its own schedule and signals nothing we own.
-            while a.is_connected(b.peer_id):  # noqa: ASYNC110
+            while a.is_connected(b.peer_id) or b.is_connected(a.peer_id):  # noqa: ASYNC110
                 await trio.sleep(0.01)
 
     async def body() -> None:
         capped = TransportConfig(listen_host="127.0.0.1", max_lifetime_inbound_connections=3)
         async with host(config=capped) as b, host() as a:
-            for _ in range(3):
+            for _ in range(5):  # the 4th used to fail: no slot came back
                 await cycle(a, b)
-            with pytest.raises(TransportError):  # 4th connection over b's lifetime
-                await cycle(a, b)
+            async with host() as c1, host() as c2, host() as c3, host() as c4:
+                for c in (c1, c2, c3):
+                    await c.connect(b.peer_id, b.listen_addrs)
+                with pytest.raises(TransportError):  # a 4th connection at once
+                    await c4.connect(b.peer_id, b.listen_addrs)
 
     run(body)
 
