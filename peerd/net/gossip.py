@@ -347,7 +347,7 @@ async def _receive_entry(
         except ProtocolError as exc:
             # One bad entry does not end the session: count it and read the next frame.
             if isinstance(exc, EquivocationError):
-                node.ledger.flag(exc.origin)  # proven in the worker, flagged on this thread
+                node.flag(exc.origin)  # proven in the worker, flagged on this thread
             _refused(node, result, exc.reason)
             log.info("refused entry from %s via %s: %s", session.announced_entry.origin[:16],
                      session.peer_id[:16], exc)
