@@ -264,13 +264,13 @@ async def _recv_manifest(
 ) -> bytes | bytearray | memoryview:
     """The manifest frame the peer's Hello promised, within MANIFEST_TIMEOUT_S: a member of
     ours proves its claim as fast as anyone else (it is one frame, sent right away)."""
-    with trio.move_on_after(MANIFEST_TIMEOUT_S):
-        return await io.recv(limit)
     try:
         node.manifest.check_member(session.peer_id, ctx.now())
         who = f"a member under manifest {node.manifest.seq}"
-    except ProtocolError:  # a stranger, or a newcomer admitted in the manifest it withheld
+    except ProtocolError:  # a stranger, or a newcomer admitted in the manifest it will send
         who = f"not a member under manifest {node.manifest.seq}"
+    with trio.move_on_after(MANIFEST_TIMEOUT_S):
+        return await io.recv(limit)
     raise ProtocolError(
         Reason.MANIFEST_WITHHELD,
         f"{who}, and no manifest {session.their_hello.manifest_seq} within "
