@@ -75,6 +75,9 @@ def _record_view(console: Console, r: RoundRecord) -> None:
     if r.expired:
         console.print(Text("  expired: " + ", ".join(f"{e.origin}@{e.version}"
                                                       for e in r.expired)))
+    if r.withdrawn:  # flagged or gone from the manifest: out of the blend, and why
+        console.print(Text("  withdrawn: " + ", ".join(f"{w.origin}@{w.version} ({w.reason})"
+                                                        for w in r.withdrawn), style="red"))
 
 
 def render_audit(console: Console, audit: Audit) -> None:
@@ -108,10 +111,11 @@ def audit(
     state_dir: StateDirOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Show each round's participation: who was blended, refused or expired.
+    """Show each round's participation: who was blended, refused, expired or withdrawn.
 
     Per round: the members blended with α and weight, staleness and drift, the entries
-    refused (with reasons) and expired. Reads the state directory when the daemon is not
+    refused (with reasons), expired, and withdrawn (origin flagged for equivocation, or
+    revoked). Reads the state directory when the daemon is not
     running."""
     path = resolve_socket(socket, config, state_dir)
     answer: Audit | ControlError

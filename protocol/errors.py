@@ -28,26 +28,24 @@ class ProtocolError(Exception):
 
 
 class VersionTooOldError(ProtocolError):
-    """The peer speaks a protocol version we no longer accept (it must upgrade)."""
-
-    code_override = "version_too_old"
+    """The peer speaks a protocol version we no longer accept (it must upgrade). Counted as
+    ``version_too_old``, its wire code, not as malformed: an upgrade is due, not an attack."""
 
     def __init__(self, version: int, minimum: int) -> None:
         super().__init__(
-            Reason.MALFORMED, f"protocol version {version} is older than the minimum {minimum}"
-        )
+            Reason.VERSION_TOO_OLD,
+            f"protocol version {version} is older than the minimum {minimum}")
         self.version = version
 
 
 class UnknownVersionError(ProtocolError):
-    """The peer speaks a protocol version newer than ours (we must upgrade)."""
-
-    code_override = "version_unknown"
+    """The peer speaks a protocol version newer than ours (we must upgrade); counted as
+    ``version_unknown``, its wire code."""
 
     def __init__(self, version: int, newest: int) -> None:
         super().__init__(
-            Reason.MALFORMED, f"protocol version {version} is newer than the newest known {newest}"
-        )
+            Reason.VERSION_UNKNOWN,
+            f"protocol version {version} is newer than the newest known {newest}")
         self.version = version
 
 
@@ -56,6 +54,9 @@ class UnknownVersionError(ProtocolError):
 #: refusal as malformed.
 MEMBERSHIP_REFUSALS: frozenset[Reason] = frozenset(
     {Reason.NOT_MEMBER, Reason.REVOKED, Reason.EXPIRED})
+#: A peer's refusal of our protocol version: counted under its own name too, since the
+#: operator must act on it (upgrade one side), and "malformed" would hide that.
+VERSION_REFUSALS: frozenset[Reason] = frozenset({Reason.VERSION_TOO_OLD, Reason.VERSION_UNKNOWN})
 
 
 class PeerRefusedError(ProtocolError):
@@ -63,6 +64,8 @@ class PeerRefusedError(ProtocolError):
 
     def __init__(self, code: str, text: str) -> None:
         membership = next((r for r in MEMBERSHIP_REFUSALS if r.value == code), None)
-        super().__init__(membership or Reason.MALFORMED, f"peer refused: {code} {text}")
+        version = next((r for r in VERSION_REFUSALS if r.value == code), None)
+        super().__init__(membership or version or Reason.MALFORMED,
+                         f"peer refused: {code} {text}")
         #: The peer's reason when it refused our membership (not_member, revoked, …).
         self.membership = membership

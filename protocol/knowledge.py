@@ -250,6 +250,10 @@ def admit_typed(
     body = admit_head(message, fleet_id=fleet_id, manifest=manifest, now=now, max_skew=max_skew)
     if body.kind not in (KNOWLEDGE, KEYS):
         raise ProtocolError(Reason.SCHEMA_MISMATCH, f"a {body.kind} entry in a knowledge fleet")
+    if body.kind == KEYS and body.group is not None:
+        # Keys entries carry no group (docs/protocol.md): one that does claims a place in a
+        # group's quota it can never take, and no peerd node signs it.
+        raise ProtocolError(Reason.KEYS_GROUP, f"a keys entry naming group {body.group!r}")
     if body.schema_id != schema.id:
         raise ProtocolError(Reason.SCHEMA_MISMATCH,
                             f"knowledge schema {body.schema_id[:12]}… != local {schema.id[:12]}…")

@@ -2,12 +2,13 @@
 
 One :class:`RoundRecord` per round: which models were blended and with what α (the plan's)
 and weight (what each counted for after update-norm validation and the blend rule), their
-staleness and drift, the entries refused since the previous round with their reasons, and the
-entries that expired. The daemon writes them to the state directory's round log
-(:mod:`peerd.store.roundlog`, one JSON record a line); ``peerd audit`` reads them from the
-daemon (the control API's ``audit`` method, :func:`request_audit`) or, with the daemon down,
-from that log (:func:`read_offline`). Either way the answer is an :class:`Audit` saying which
-source it came from.
+staleness and drift, the entries refused since the previous round with their reasons, the
+entries that expired and those withdrawn (their origin flagged or gone from the manifest).
+The daemon writes them to the state directory's round log (:mod:`peerd.store.roundlog`,
+one JSON record a line); ``peerd audit`` reads them from the daemon (the control API's
+``audit`` method, :func:`request_audit`) or, with the daemon down, from that log
+(:func:`read_offline`). Either way the answer is an :class:`Audit` saying which source it
+came from.
 
 The dataclasses are the schema, with :mod:`peerd.control.status`'s codec rules (a key's JSON
 name is the field's name; NaN or infinite optional numbers are ``null``; unknown keys are
@@ -69,6 +70,16 @@ class AuditExpired:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditWithdrawn:
+    """A held entry taken out before the round's blend: its origin was flagged
+    (``equivocation``) or left the manifest (``revoked``, ``not_member``, ``expired``)."""
+
+    origin: str
+    version: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class RoundRecord:
     """One round of one node, as the audit log keeps it."""
 
@@ -86,6 +97,8 @@ class RoundRecord:
     blend_refused: str | None
     #: The version published this round, else None.
     published: int | None
+    #: Held entries withdrawn since the previous round (issue 24); absent in older logs.
+    withdrawn: tuple[AuditWithdrawn, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +131,8 @@ def _decoded(decode: Any, obj: Any) -> Any:
 
 def record_from_json(obj: Any) -> RoundRecord:
     """A :class:`RoundRecord`; :class:`StatusError` naming every shape problem."""
+    if isinstance(obj, dict) and "withdrawn" not in obj:  # written before issue 24
+        obj = {**obj, "withdrawn": []}
     value = _decoded(_RECORD[0], obj)
     assert isinstance(value, RoundRecord)
     return value

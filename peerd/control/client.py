@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import socket
 import stat
 import time
@@ -43,6 +44,30 @@ DEFAULT_TIMEOUT_S = 5.0
 #: up to the cap, within the client's timeout.
 CONNECT_RETRY_S = 0.01
 CONNECT_RETRY_MAX_S = 0.2
+#: Deepest nesting of JSON arrays and objects either end parses. Threat: Python's json module
+#: recurses once per level, so a request under MAX_REQUEST_LEN made of ~1,000 "[" raised an
+#: uncaught RecursionError in the daemon's handler (a traceback, the connection closed with
+#: no answer), and the same holds for a response the CLI reads. Real messages nest about 5
+#: deep (status -> cache -> row -> map).
+MAX_CONTROL_JSON_DEPTH = 32
+#: A JSON string (escapes included): its brackets are text, not nesting.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def json_too_deep(raw: bytes, limit: int = MAX_CONTROL_JSON_DEPTH) -> bool:
+    """Whether ``raw`` nests arrays and objects deeper than ``limit``: a pre-scan before
+    :func:`json.loads`, linear and without recursion. Only the depth is judged (brackets
+    outside strings); whether it is valid JSON is the parser's to say."""
+    depth = 0
+    for m in _BRACKET.finditer(_JSON_STRING.sub(b'""', raw)):
+        if m.group() in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 class ControlError(Exception):
@@ -126,6 +151,9 @@ def request(socket_path: Path, method: str, timeout: float = DEFAULT_TIMEOUT_S,
     if not data:
         raise ControlError("bad_response", f"peerd at {socket_path} closed the connection "
                                            "without answering; see its log")
+    if json_too_deep(bytes(data)):
+        raise ControlError("bad_response", f"response from {socket_path} nests deeper than "
+                                           f"{MAX_CONTROL_JSON_DEPTH} levels")
     try:
         response = json.loads(bytes(data))
     except (ValueError, UnicodeDecodeError):

@@ -52,6 +52,7 @@ from peerd.control.client import API_VERSION as API_VERSION
 from peerd.control.client import CONNECT_RETRY_MAX_S as CONNECT_RETRY_MAX_S
 from peerd.control.client import CONNECT_RETRY_S as CONNECT_RETRY_S
 from peerd.control.client import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
+from peerd.control.client import MAX_CONTROL_JSON_DEPTH, json_too_deep
 from peerd.control.client import MAX_RESPONSE_LEN as MAX_RESPONSE_LEN
 from peerd.control.client import ControlError as ControlError
 from peerd.control.client import decode_result as decode_result
@@ -143,6 +144,9 @@ def _clear_flag(request: dict[str, Any], ops: Operations) -> dict[str, Any] | No
 def dispatch(raw: bytes, provider: StatusProvider) -> dict[str, Any]:
     """The response to one raw request line (pure apart from the actions of an
     :class:`Operations` provider, so it is tested without sockets)."""
+    if json_too_deep(raw):  # json.loads would recurse past Python's limit: see the limit
+        return _error("bad_request",
+                      f"request nests deeper than {MAX_CONTROL_JSON_DEPTH} levels")
     try:
         request = json.loads(raw)
     except (ValueError, UnicodeDecodeError):

@@ -40,7 +40,15 @@ class Reason(StrEnum):
     TOO_LARGE = "too_large"  # exceeds a size limit before allocation
     TOO_SLOW = "too_slow"  # an entry arrived below the minimum rate while holding a slot
     VERSION_TOO_HIGH = "version_too_high"  # further ahead than time allows (protocol/ledger.py)
-    MANIFEST_WITHHELD = "manifest_withheld"  # a non-member claimed a newer manifest, sent none
+    MANIFEST_WITHHELD = "manifest_withheld"  # a peer claimed a newer manifest, sent none
+    #: The peer's protocol version is below the oldest we accept (it must upgrade), or above
+    #: the newest we know (we must): the wire's Error codes, counted under the same names.
+    VERSION_TOO_OLD = "version_too_old"
+    VERSION_UNKNOWN = "version_unknown"
+    #: A keys entry that names a cache group: keys carry none (held beside the knowledge
+    #: entry that names them, never counted by a group's quota), so one that does was not
+    #: signed by a peerd node (docs/protocol.md "Cache group").
+    KEYS_GROUP = "keys_group"
 
 
 #: Reasons that mean "the entry was fine but we keep something better"; they are counted

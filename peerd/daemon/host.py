@@ -55,7 +55,13 @@ class ModeHost(Protocol):
 
 def expire_stale(host: ModeHost, node: NodeState, now: float) -> None:
     """Drop ``node``'s entries older than τ_max, each written to the audit log and counted
-    as expired in the round's participation record (every mode's first step of a round)."""
+    as expired in the round's participation record (every mode's first step of a round);
+    likewise the entries withdrawn since the last round, or now, because their origin was
+    flagged or left the manifest (:meth:`NodeState.withdraw`): none of them is blended."""
     for item in node.expire(now):
         host.state.audit("expired", origin=item.meta.origin, version=item.meta.version)
         host.participation.expired(item.meta.origin, item.meta.version)
+    for gone in node.withdraw(now):
+        host.state.audit("withdrawn", origin=gone.origin, version=gone.version,
+                         reason=str(gone.reason))
+        host.participation.withdrawn(gone.origin, gone.version, str(gone.reason))

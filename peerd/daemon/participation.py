@@ -27,6 +27,7 @@ from peerd.control.audit import (
     AuditExpired,
     AuditMember,
     AuditRefusal,
+    AuditWithdrawn,
     RoundRecord,
     Verdict,
     audit_to_json,
@@ -73,6 +74,7 @@ class Participation:
         self._refused: dict[tuple[str, str], int] = {}
         self._refused_more = 0
         self._expired: list[AuditExpired] = []
+        self._withdrawn: list[AuditWithdrawn] = []
 
     # --- between rounds ------------------------------------------------------------------
 
@@ -87,6 +89,12 @@ class Participation:
     def expired(self, origin: str, version: int) -> None:
         if len(self._expired) < MAX_EXPIRED_ROWS:
             self._expired.append(AuditExpired(origin, version))
+
+    def withdrawn(self, origin: str, version: int, reason: str) -> None:
+        """A held entry taken out of the blend: its origin was flagged (``equivocation``) or
+        left the manifest (``revoked``, ``not_member``, ``expired``)."""
+        if len(self._withdrawn) < MAX_EXPIRED_ROWS:  # one per cached origin: a backstop
+            self._withdrawn.append(AuditWithdrawn(origin, version, reason))
 
     # --- each round ----------------------------------------------------------------------
 
@@ -147,8 +155,10 @@ class Participation:
         record = RoundRecord(round=round_no, ts=round(self._now(), 3), mode=mode, blend=blend,
                              members=tuple(members), refused=refused,
                              refused_more=self._refused_more, expired=tuple(self._expired),
-                             blend_refused=blend_refused, published=published)
+                             blend_refused=blend_refused, published=published,
+                             withdrawn=tuple(self._withdrawn))
         self._refused, self._refused_more, self._expired = {}, 0, []
+        self._withdrawn = []
         if self.log is not None:
             try:
                 self.log.append(round_no, encode_record(record))

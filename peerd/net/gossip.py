@@ -12,9 +12,8 @@ session asks, one step at a time, and brings in what needs the node or the event
   (verified against the fleet's admin key and adopted), the peer's membership (decided
   before anything of the fleet goes out, our manifest included), what we send (what the
   peer asked for that we still hold);
-- deadlines the session implies: a peer that is not a member under our manifest gets
-  :data:`STRANGER_MANIFEST_TIMEOUT_S`, not the transport's read timeout, to send the newer
-  manifest its Hello claimed;
+- deadlines the session implies: a peer gets :data:`MANIFEST_TIMEOUT_S`, not the
+  transport's read timeout, to send the newer manifest its Hello claimed;
 - memory: each received entry is spooled to disk as it arrives (``SessionContext``), takes
   one of the shared receive slots (peers take turns; the entry must keep a minimum rate), is
   verified in a worker thread (signature, membership, hash, schema, finite values, norm)
@@ -62,14 +61,17 @@ log = logging.getLogger(__name__)
 
 #: Capabilities we announce; none are required yet, the field lets future versions negotiate.
 CAPABILITIES = ("entries/v1",)
-#: How long a peer that is not a member under our manifest may take to send the newer
-#: manifest its Hello claimed (then: ``manifest_withheld``). Bounds a stranger that claims a
-#: huge ``manifest_seq`` to hold one of our sessions (a task, a stream) for the transport's
-#: 30 s read timeout while we wait for a manifest it cannot produce. A genuine newcomer,
-#: admitted in a manifest we have not seen yet, sends it right after the Hellos: one Manifest
-#: frame of at most 256 KiB (MAX_MANIFEST_FRAME_LEN), a second at the slowest rate the
-#: transport allows.
-STRANGER_MANIFEST_TIMEOUT_S = 5.0
+#: How long a peer may take to send the newer manifest its Hello claimed (then:
+#: ``manifest_withheld``). Bounds a peer that claims a huge ``manifest_seq`` to hold one of
+#: our sessions (a task, a stream) for the transport's 30 s read timeout while we wait for a
+#: manifest it cannot or will not produce: a stranger, and a member too (issue 24: a member
+#: held the session 30 s with no counter). A genuine sender, a newcomer admitted in a
+#: manifest we have not seen or a member that saw it first, sends it right after the
+#: Hellos: one Manifest frame of at most 256 KiB (MAX_MANIFEST_FRAME_LEN), a second at the
+#: slowest rate the transport allows.
+MANIFEST_TIMEOUT_S = 5.0
+#: The name of before issue 24, when only strangers were held to it.
+STRANGER_MANIFEST_TIMEOUT_S = MANIFEST_TIMEOUT_S
 
 
 class FrameIO(Protocol):
@@ -260,21 +262,19 @@ def _build(
 async def _recv_manifest(
     io: FrameIO, node: NodeState, ctx: SessionContext, session: Session, limit: int
 ) -> bytes | bytearray | memoryview:
-    """The manifest frame the peer's Hello promised. A member under ours gets the transport's
-    read timeout; anyone else must prove its claim within STRANGER_MANIFEST_TIMEOUT_S."""
+    """The manifest frame the peer's Hello promised, within MANIFEST_TIMEOUT_S: a member of
+    ours proves its claim as fast as anyone else (it is one frame, sent right away)."""
     try:
         node.manifest.check_member(session.peer_id, ctx.now())
-        member = True
+        who = f"a member under manifest {node.manifest.seq}"
     except ProtocolError:  # a stranger, or a newcomer admitted in the manifest it will send
-        member = False
-    if member:
-        return await io.recv(limit)
-    with trio.move_on_after(STRANGER_MANIFEST_TIMEOUT_S):
+        who = f"not a member under manifest {node.manifest.seq}"
+    with trio.move_on_after(MANIFEST_TIMEOUT_S):
         return await io.recv(limit)
     raise ProtocolError(
         Reason.MANIFEST_WITHHELD,
-        f"not a member under manifest {node.manifest.seq}, and no manifest "
-        f"{session.their_hello.manifest_seq} within {STRANGER_MANIFEST_TIMEOUT_S:g} s")
+        f"{who}, and no manifest {session.their_hello.manifest_seq} within "
+        f"{MANIFEST_TIMEOUT_S:g} s")
 
 
 def _adopt_manifest(
@@ -347,7 +347,7 @@ async def _receive_entry(
         except ProtocolError as exc:
             # One bad entry does not end the session: count it and read the next frame.
             if isinstance(exc, EquivocationError):
-                node.ledger.flag(exc.origin)  # proven in the worker, flagged on this thread
+                node.flag(exc.origin)  # proven in the worker, flagged on this thread
             _refused(node, result, exc.reason)
             log.info("refused entry from %s via %s: %s", session.announced_entry.origin[:16],
                      session.peer_id[:16], exc)

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.core.entry import CacheItem, Entry
 from peerd.core.reasons import Reason
-from peerd.node.state import Held, NodeState, from_wire_arrays, meta_of
+from peerd.node.state import Held, NodeState, Withdrawn, from_wire_arrays, meta_of
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import sha256_hex
 from peerd.protocol.entry import SignedEntry
@@ -215,6 +215,11 @@ class KnowledgeState(NodeState):
                          now: float) -> None:
         super().install_manifest(manifest, envelope, now)
         self._prune()
+
+    def _take_out(self, origins: set[str] | frozenset[str], reason: Reason) -> list[Withdrawn]:
+        gone = super()._take_out(origins, reason)
+        self._prune()  # their keys go with them
+        return gone
 
     def _prune(self) -> None:
         """Keys entries go with the last cached knowledge entry that names them."""

@@ -225,6 +225,17 @@ def sign_own(
     return held.entry, held.message
 
 
+@dataclass(frozen=True, slots=True)
+class Withdrawn:
+    """A cached entry taken out because its origin may no longer be used: ``reason`` is
+    ``equivocation`` (flagged), or ``revoked`` / ``not_member`` / ``expired`` (the manifest).
+    What the participation audit records (``peerd.daemon.host.expire_stale``)."""
+
+    origin: str
+    version: int
+    reason: Reason
+
+
 @dataclass
 class NodeState:
     """Mutable gossip state of one node. Touch it from one thread only (the event loop)."""
@@ -260,6 +271,9 @@ class NodeState:
     #: The most cache places one group may hold (``[learning] capacity_per_group``,
     #: peerd.core.cache); None: plain recency.
     capacity_per_group: int | None = None
+    #: Entries withdrawn since the daemon last took them (:meth:`withdraw`): a flag or a
+    #: manifest acts on what is already held, not only on what comes next (issue 24).
+    withdrawn: list[Withdrawn] = field(default_factory=list)
 
     #: The kind of entry this node blends and publishes (typed nodes override it).
     entry_kind: ClassVar[str] = "weights"
@@ -382,6 +396,9 @@ class NodeState:
             self.own_max_version_seen = max(self.own_max_version_seen, mine.version)
         if self.manifest_envelope is not None:  # a signed manifest: drop who left the fleet
             self.ledger.retain(m.node_id for m in self.manifest.members)
+        # The cache was restored before the flags (see above): an entry its origin had held
+        # before it was caught must not come back into the blend with the restart.
+        self._take_out(self.ledger.flagged, Reason.EQUIVOCATION)
 
     def accept(self, verified: Held, *, sender: str, now: float) -> Reason | None:
         """Admit a verified entry into the cache; returns why it was not kept, if it wasn't."""
@@ -392,6 +409,9 @@ class NodeState:
             self.ledger.check(meta.origin, meta.version, meta.digest, meta.created_at)
         except ProtocolError as exc:  # an equivocation is flagged by the check itself
             self.reject(exc.reason)
+            if exc.reason is Reason.EQUIVOCATION:
+                # What it sent before the flag goes too (the check flagged it, see ledger).
+                self._take_out({meta.origin} & self.ledger.flagged, Reason.EQUIVOCATION)
             return exc.reason
         self.ledger.record(meta.origin, meta.version, meta.digest, meta.created_at)
         if meta.origin == self.id:
@@ -412,7 +432,7 @@ class NodeState:
         if result.own_max_version is not None:
             self.own_max_version_seen = max(self.own_max_version_seen, result.own_max_version)
         for equivocation in result.equivocations:
-            self.ledger.flag(equivocation.origin)
+            self.flag(equivocation.origin)
         if item in result.accepted:
             self.accepted += 1
             return None
@@ -437,15 +457,44 @@ class NodeState:
         self.manifest = manifest
         self.manifest_envelope = envelope
         self.ledger.retain(m.node_id for m in manifest.members)  # bounded by the fleet
-        keep = []
+        for gone in self._take_out_non_members(now):
+            self.reject(gone.reason)
+            self.ledger.forget(gone.origin)
+
+    def flag(self, origin: str) -> None:
+        """Flag ``origin`` for equivocation (``ledger.flag``) and take its cached entry out
+        at once: the flag proves it signs two models under one version, so the one held
+        from before cannot be trusted to mean either."""
+        self.ledger.flag(origin)
+        self._take_out({origin} & self.ledger.flagged, Reason.EQUIVOCATION)
+
+    def withdraw(self, now: float) -> list[Withdrawn]:
+        """The entries withdrawn since the last call, after taking out every cached entry
+        whose origin is flagged (whoever set the flag) or no longer an active member at
+        ``now`` (a membership ends by time too, without a new manifest). Called before each
+        blend (``peerd.daemon.host.expire_stale``)."""
+        self._take_out(self.ledger.flagged, Reason.EQUIVOCATION)
+        self._take_out_non_members(now)
+        out, self.withdrawn = self.withdrawn, []
+        return out
+
+    def _take_out_non_members(self, now: float) -> list[Withdrawn]:
+        why: dict[str, Reason] = {}
         for item in self.cache:
             try:
-                manifest.check_member(item.meta.origin, now)
-                keep.append(item)
-            except ProtocolError as exc:
-                self.reject(exc.reason)
-                self.ledger.forget(item.meta.origin)
-        self.cache = keep
+                self.manifest.check_member(item.meta.origin, now)
+            except ProtocolError as exc:  # revoked, not_member, expired
+                why[item.meta.origin] = exc.reason
+        return [w for origin, reason in why.items() for w in self._take_out({origin}, reason)]
+
+    def _take_out(self, origins: set[str] | frozenset[str], reason: Reason) -> list[Withdrawn]:
+        """Remove the cached entries of ``origins``, noting them in :attr:`withdrawn`."""
+        gone = [Withdrawn(i.meta.origin, i.meta.version, reason)
+                for i in self.cache if i.meta.origin in origins]
+        if gone:
+            self.cache = [i for i in self.cache if i.meta.origin not in origins]
+            self.withdrawn += gone
+        return gone
 
     def release(self) -> None:
         """Hand back the resident pages of every mapped entry (after a round or a session)."""

@@ -144,6 +144,19 @@ class Counters:
     lost: bool = False
 
 
+#: Mode bits of the state directory that expose it (group or world write, world read): the
+#: node's private key and what it trusts (manifest, ledger, entries) live in it, so a
+#: directory others could read or write is warned about at start, not only tightened.
+EXPOSED_DIR_BITS = 0o026
+
+
+def _exposure(mode: int) -> str:
+    """What ``mode`` lets others do, for the warning."""
+    who = [w for bit, w in ((0o020, "group-writable"), (0o002, "world-writable"),
+                            (0o004, "world-readable")) if mode & bit]
+    return ", ".join(who)
+
+
 class StateDir:
     """A node's state directory (created 0700). Thread-safe: the daemon writes from workers.
 
@@ -165,8 +178,15 @@ class StateDir:
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
             # An existing directory may have been made by hand with a looser umask; the
             # identity key lives here, so tighten it (only works if we own it, as we should).
-            if stat.S_IMODE(path.stat().st_mode) != 0o700:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode != 0o700:
                 os.chmod(path, 0o700)
+            if mode & EXPOSED_DIR_BITS:
+                # Until now, others could have read the key or replaced state files (the
+                # manifest, the ledger, cached entries): tightening it silently hid that.
+                log.warning("state directory %s had mode %04o (%s): tightened to 0700; "
+                            "keep it private (chmod 700 %s) and check who changed it",
+                            path, mode, _exposure(mode), path)
             self.blobs.mkdir(mode=0o700, exist_ok=True)
         except OSError as exc:
             raise StateError(exc.errno,

@@ -110,3 +110,21 @@ def test_no_daemon_and_no_state_dir_exits_3(tmp_path: Path) -> None:
     result = runner.invoke(app, ["audit", "--socket", str(tmp_path / "none.sock")])
     assert result.exit_code == EXIT_NOT_RUNNING
     assert "--state-dir" in result.stderr
+
+
+def test_withdrawn_entries_are_shown_with_their_reason(tmp_path: Path) -> None:
+    # Issue 24 item 3: an entry taken out of the blend (its origin flagged) says why.
+    state = tmp_path / "state"
+    StateDir(state)
+    p = Participation(state, "weighted", clock=lambda: 1_800_000_000.0)
+    p.withdrawn(BAD, 6, "equivocation")
+    out = RoundOutput(params={}, alpha={OWN: 1.0}, examples=10, train_loss=0.1, val_loss=0.1,
+                      val_accuracy=0.9, moved=1.0, publish=False)
+    p.weights_round(round_no=1, out=out, own_id=OWN, cache=(), clock=Clock.time(1000.0),
+                    drift={}, published=None)
+    shown = runner.invoke(app, ["audit", "--state-dir", str(state)])
+    assert shown.exit_code == 0, shown.output
+    assert f"withdrawn: {BAD}@6 (equivocation)" in shown.stdout
+    doc = json.loads(runner.invoke(app, ["audit", "--json", "--state-dir", str(state)]).stdout)
+    assert doc["records"][0]["withdrawn"] == [
+        {"origin": BAD, "version": 6, "reason": "equivocation"}]

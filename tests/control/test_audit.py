@@ -17,6 +17,7 @@ from peerd.control.audit import (
     audit_to_json,
     encode_record,
     record_from_json,
+    record_to_json,
     request_audit,
 )
 from peerd.control.server import ControlError, Operations, dispatch
@@ -92,3 +93,11 @@ def test_a_daemon_without_the_audit_says_so(tmp_path: Path) -> None:
     with running_server(path), pytest.raises(ControlError) as err:
         request_audit(path)
     assert err.value.code == "unknown_method"
+
+
+def test_a_record_written_before_withdrawn_existed_still_reads() -> None:
+    # Issue 24 added "withdrawn"; a round log from before must not be skipped as corrupt.
+    old = record_to_json(sample_record())
+    del old["withdrawn"]
+    assert record_from_json(old) == sample_record()
+    assert record_from_json(old).withdrawn == ()

@@ -378,3 +378,15 @@ def test_schema_id_is_stable() -> None:
     # Pinned: the id every node of a fleet computes must not drift between versions.
     expected = hashlib.sha256(b"peerd/knowledge-schema/v1\x004\n3\ntest-encoder\n").hexdigest()
     assert KS.id == expected
+
+
+def test_a_keys_entry_naming_a_group_is_refused() -> None:
+    # Issue 24 item 4b: keys entries carry no group (docs/protocol.md), yet one that named
+    # one was admitted.
+    signed = sign_entry(ALICE, FLEET, version=1, created_at=NOW - 10, schema_id=KS.id,
+                        num_examples=5, tensors={"keys": unit_keys(5).astype("<f2"),
+                                                 "labels": LABELS.astype("<i2")},
+                        kind=KEYS, group="g1")
+    assert signed.body.group == "g1"
+    assert refusal(admit, signed.to_message()) is Reason.KEYS_GROUP
+    assert admit(KEYS_ENTRY.to_message()).body.group is None  # without one: admitted
