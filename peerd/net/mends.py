@@ -37,7 +37,9 @@ section "py-libp2p 0.8.1 defects"), numbered as the code cites them:
 two Noise messages and two ``send`` calls per 64 KiB frame, two ``recv`` calls per Noise
 message, copies): :mod:`peerd.net.mends_throughput` owns them; 14 (the Yamux reader's
 per-frame locks, cancel scopes, events and wake-ups) is :mod:`peerd.net.mends_throughput_rx`'s,
-and :func:`apply_library_mends` installs them all.
+and :func:`apply_library_mends` installs them all. 15 (the library's per-peer tables, a remote
+crash through them, and its own handlers' exceptions) is per host:
+:class:`peerd.net.peertables.PeerTables`, installed by the transport.
 
 Mends 2, 3 and 5 are steps of :mod:`peerd.net.transport`'s own flow (``open_transport``,
 its stream handler, ``Transport.connect``), and so are mend 9's closes; mend 8's verdict is

@@ -1,8 +1,9 @@
 """The libp2p shell: one host (TCP + Noise + Yamux, Ed25519 identity) behind a small trio API.
 
-Everything libp2p lives in this module and the three beside it, :mod:`peerd.net.stream`
-(:class:`Stream`, one open stream), :mod:`peerd.net.swarmconns` (the swarm's connection table)
-and :mod:`peerd.net.mends` (py-libp2p's defects), so the
+Everything libp2p lives in this module and the four beside it, :mod:`peerd.net.stream`
+(:class:`Stream`, one open stream), :mod:`peerd.net.swarmconns` (the swarm's connection table),
+:mod:`peerd.net.peertables` (the library's per-peer tables, mend 15) and
+:mod:`peerd.net.mends` (py-libp2p's defects), so the
 gossip layer sees only peer-id strings, multiaddr strings, :class:`Stream` objects and
 :class:`TransportError`. The libp2p-free parts, :mod:`peerd.net.framing` and
 :mod:`peerd.net.transport_config`, are re-exported from here, and so is :class:`Stream`;
