@@ -21,7 +21,14 @@ import trio
 from peerd.control.status import ViewRow, ViewsStatus
 from peerd.core.timebuckets import VIEW_IDS, bucket_of
 from peerd.daemon import sdnotify
-from peerd.daemon.cordial import Daemon, agent_group, agent_of, publish_view
+from peerd.daemon.cordial import (
+    Daemon,
+    ViewGate,
+    agent_group,
+    agent_of,
+    bind_views,
+    publish_view,
+)
 from peerd.daemon.host import expire_stale
 from peerd.learn import learnerstate
 from peerd.learn.cordialround import PeerView
@@ -61,6 +68,8 @@ class SensorMode:
         self.node = KnowledgeState.from_node(daemon.node, self.schema,
                                              sample_budget=learning.sample_capacity)
         self.node.group = agent_group(self.index)
+        bind_views(self.node, self.index)  # only the member an agent is speaks for it
+        self.gate = ViewGate(self.node, self.index, self.agents)
         self.learner = SensorLearner(
             SensorFleet(self.agents, task.seed), self.index, window=learning.cordial_window,
             coordination=learning.cordial_coordination, batch_size=learning.batch_size,
@@ -70,15 +79,8 @@ class SensorMode:
         self._used: dict[int, str] = {}  # agent -> the origin whose view the last round used
 
     def peer_views(self) -> list[PeerView]:
-        """The freshest view of every peer agent (views() is freshest first)."""
-        out: list[PeerView] = []
-        for v in self.node.views():
-            agent = agent_of(v.group)
-            if agent is None or agent == self.index or agent >= self.agents \
-                    or any(p.agent == agent for p in out):
-                continue
-            out.append(PeerView(agent, v.ids, v.vectors))
-        return out
+        """The freshest usable view of every peer agent (peerd.daemon.cordial.ViewGate)."""
+        return [PeerView(agent, v.ids, v.vectors) for agent, v in self.gate.select()]
 
     def status(self, now: float) -> ViewsStatus:
         """Which peers' views are held and how many of the window's buckets each covers."""

@@ -230,6 +230,8 @@ class CordialLearner:
             raise ValueError(f"shuffled rows outside [0, {rows})")
         rng = torch.from_numpy(np.array(saved.tensors["rng"], copy=True))
         torch.Generator().set_state(rng)  # a state torch refuses raises here, not half-way
+        for name in self.model.state_dict():  # a diverged agent is not brought back
+            ls.check_not_exploded(name, saved.tensors["model." + name])
         names = self._names()
         ls.load_module("model.", self.model, saved)
         self.opt = torch.optim.Adam(self.model.embedding(), lr=self.hyper.eps0)

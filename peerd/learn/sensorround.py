@@ -164,8 +164,9 @@ class SensorLearner:
         h = (self.x @ self.m.T).numpy()
         ids, order = window_ids(self.buckets)
         # A view's values are bounded on the wire (MAX_VIEW_ABS); a diverged agent still
-        # publishes (clipped) rather than failing its round.
-        views_out = np.clip(h[order], -1000.0, 1000.0).astype(np.float32)
+        # publishes (clipped, NaN as 0) rather than failing its round: signing refuses NaN.
+        views_out = np.clip(np.nan_to_num(h[order], nan=0.0), -1000.0, 1000.0
+                            ).astype(np.float32)
         return SensorRoundOutput(
             train_loss=float(np.mean(taken)) if taken else math.nan, val_loss=val,
             held_out=len(held), views=views_out, ids=ids, coverage=coverage,
@@ -227,6 +228,8 @@ class SensorLearner:
         lam = torch.from_numpy(np.array(saved.tensors["lam"], copy=True))
         if not (bool(torch.isfinite(m).all()) and bool(torch.isfinite(lam).all())):
             raise ValueError("a non-finite M_i or Λ_j^i")
+        ls.check_not_exploded("M_i", saved.tensors["m"])
+        ls.check_not_exploded("Λ_j^i", saved.tensors["lam"])
         buckets = [int(b) for b in saved.tensors["buckets"]]
         if any(b < 0 for b in buckets) or any(b >= c for b, c in itertools.pairwise(buckets)) \
                 or (buckets and buckets[-1] - buckets[0] >= self.window):
