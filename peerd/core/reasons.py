@@ -35,6 +35,9 @@ class Reason(StrEnum):
     #: a cordial view far larger than that agent's recent accepted views
     #: (peerd.core.viewbound): not fed to the learner
     VIEW_TOO_LARGE = "view_too_large"
+    #: a cordial view whose use in a round raised the learner's loss by orders of magnitude
+    #: (peerd.learn.viewguard): the round ran again without it
+    VIEW_RAISES_LOSS = "view_raises_loss"
     # --- protocol / membership (peerd.protocol): the envelope is unacceptable ---------
     MALFORMED = "malformed"  # frame or message does not parse
     BAD_SIGNATURE = "bad_signature"  # Ed25519 signature does not verify

@@ -18,6 +18,12 @@ median of past views follows), and the ``floor`` keeps a fresh agent whose h_i a
 zero from refusing every peer. Only accepted views enter the history, so an attacker cannot
 ratchet the bound up.
 
+**Training on it.** A view within the bound can still blow a learner up: +10 on every row,
+7× a sensor agent's scale, took agent 0's held-out loss from 3.5 to 2e19 within one round of
+10 steps. :func:`loss_exploded` is the learner's own alarm (peerd.learn.viewguard): the loss
+on the round's views after the round's training against the loss before it; a healthy round
+lowers it or moves it by a little, a poisoned one by orders of magnitude.
+
 Pure and deterministic: a value the caller keeps (the daemon's mode, in memory); no torch.
 """
 
@@ -33,6 +39,11 @@ import numpy.typing as npt
 #: 10× the reference: a Pairwise-10 or sensor agent's largest row norm moves by a few percent a
 #: round; the issue's attack rows were ~10× the agents' scale and more.
 DEFAULT_MULTIPLE = 10.0
+#: How much a round's training may raise the loss on its own views: 100×, "orders of
+#: magnitude" (a healthy round lowers it; a round's batches move it by a few × at most).
+DEFAULT_LOSS_FACTOR = 100.0
+#: Losses are compared above this, so a near-zero loss's noise is not a 100× jump.
+LOSS_FLOOR = 1e-6
 #: Accepted scales remembered per agent (a few minutes of rounds).
 DEFAULT_WINDOW = 16
 #: Least reference: h_i of a freshly drawn agent can be ~0.1; below 1 every bound is 10.
@@ -73,3 +84,13 @@ class ViewBound:
         seen.append(scale)
         del seen[:-self.window]
         return True
+
+
+def loss_exploded(before: float, after: float, factor: float = DEFAULT_LOSS_FACTOR) -> bool:
+    """Whether a round's training took the loss from ``before`` to ``after`` by more than
+    ``factor`` (or to NaN/Inf). A ``before`` that is not finite judges nothing but ``after``."""
+    if not math.isfinite(after):
+        return True
+    if not math.isfinite(before):
+        return False
+    return after > factor * max(before, LOSS_FLOOR)

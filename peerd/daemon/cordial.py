@@ -45,6 +45,7 @@ from peerd.learn.cordialround import (
     agent_data,
     index_size,
 )
+from peerd.learn.viewguard import guarded_round
 from peerd.node.knowstate import KnowledgeState, TypedHeld, ViewRows, sign_own_view
 from peerd.protocol.knowledge import KnowledgeSchema
 from peerd.protocol.manifest import Manifest
@@ -104,6 +105,19 @@ class ViewGate:
     def __init__(self, node: KnowledgeState, index: int, agents: int) -> None:
         self.node, self.index, self.agents = node, index, agents
         self.bound = ViewBound()
+        #: agent -> the origin of the view the last select() gave for it
+        self.origins: dict[int, str] = {}
+
+    def refuse(self, agents: list[int]) -> None:
+        """Drop the views the last round ran again without (peerd.learn.viewguard)."""
+        for agent in agents:
+            origin = self.origins.get(agent)
+            if origin is None:
+                continue
+            log.warning("refused agent %d's view from %s: training on it raised the loss by "
+                        "orders of magnitude; the round ran again without it (%s)", agent,
+                        origin, Reason.VIEW_RAISES_LOSS)
+            self.node.drop(origin, Reason.VIEW_RAISES_LOSS)
 
     def select(self) -> list[tuple[int, ViewRows]]:
         node = self.node
@@ -126,6 +140,7 @@ class ViewGate:
                 node.drop(v.origin, Reason.VIEW_TOO_LARGE)
                 continue
             out.append((agent, v))
+        self.origins = {agent: v.origin for agent, v in out}
         return out
 
 
@@ -194,7 +209,10 @@ class CordialMode:
         views = self.peer_views()
         used = {v.origin: (v.version, v.created_at) for v in node.views()}
         clock = node.clock(now)
-        out: CordialRoundOutput = await trio.to_thread.run_sync(self.learner.round, views)
+        learner = self.learner
+        out, refused = await trio.to_thread.run_sync(
+            lambda: guarded_round(learner, learner.round, views))
+        self.gate.refuse(refused)
         self.last = out
         self._used = {}
         for v in node.views():

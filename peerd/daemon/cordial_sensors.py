@@ -35,6 +35,7 @@ from peerd.learn.cordialround import PeerView
 from peerd.learn.linearproblem import M_OUT
 from peerd.learn.sensorround import SensorLearner, SensorRoundOutput
 from peerd.learn.sensors import SensorFleet
+from peerd.learn.viewguard import guarded_round
 from peerd.node.knowstate import KnowledgeState
 from peerd.protocol.knowledge import KnowledgeSchema
 
@@ -107,7 +108,11 @@ class SensorMode:
         held = {v.origin: (v.version, v.created_at, agent_of(v.group)) for v in node.views()}
         clock = node.clock(now)
         bucket = bucket_of(now, self.bucket_s)
-        out = await trio.to_thread.run_sync(self.learner.round, bucket, views)
+        learner = self.learner
+        learner.observe(bucket)  # first: the guard's loss before the round is on this window
+        out, refused = await trio.to_thread.run_sync(
+            lambda: guarded_round(learner, lambda vs: learner.round(bucket, vs), views))
+        self.gate.refuse(refused)
         self.last = out
         self._used = {}
         for origin, (_, _, agent) in held.items():  # freshest first, as views() gave them

@@ -267,6 +267,21 @@ class CordialLearner:
             coverage[v.agent] = int(keep.sum())
         return table, coverage
 
+    def loss(self, views: list[PeerView]) -> float:
+        """Cross-entropy on the training ids with ``views`` (none, isolated), the network as it
+        is, without dropout (peerd.learn.viewguard compares it before and after a round)."""
+        table, _ = self.received(views)
+        ids = torch.from_numpy(self.data.ids["train"])
+        model = self.model
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            logits = model.logits(model.embed(self.data.x["train"]),
+                                  table[ids] if self.coordination else None)
+            out = float(fn.cross_entropy(logits, self.data.y["train"]))
+        model.train(was)
+        return out
+
     def round(self, views: list[PeerView]) -> CordialRoundOutput:
         """K steps on the received views, then evaluation and this agent's next view."""
         table, coverage = self.received(views)

@@ -145,6 +145,18 @@ class SensorLearner:
         lam[self.index] = 0.0
         return out + torch.einsum("jab,kjb->ka", lam, resid)
 
+    def loss(self, views: list[PeerView]) -> float:
+        """Mean squared error on the window's buckets ``views`` cover (all, isolated), the
+        model as it is (peerd.learn.viewguard compares it before and after a round); NaN with
+        fewer than 2 such buckets."""
+        e, present, _ = self.received(views)
+        rows = torch.arange(len(self.buckets))[present if self.coordination
+                                               else torch.ones_like(present)]
+        if len(rows) < MIN_BATCH:
+            return math.nan
+        with torch.no_grad():
+            return float(((self.y[rows] - self.predict(e, rows, rows)) ** 2).sum(1).mean())
+
     def round(self, now_bucket: int, views: list[PeerView]) -> SensorRoundOutput:
         """Observe up to ``now_bucket``, score the held-out buckets, take K steps, publish."""
         self.observe(now_bucket)

@@ -5,7 +5,8 @@ signs views into cache group ``agent-1``. Before the manifest bound agents, agen
 to its Λ_1^0 as agent 1's h_1 (64 rows of +10: loss 0.018 -> 3e8). Now they are refused as
 ``agent_not_bound`` before they reach the cache, agent 0 keeps using the real agent 1's view
 and its loss stays near its clean run's. Agent 1's own key signing a view far larger than its
-recent ones is refused at use as ``view_too_large``.
+recent ones is refused at use as ``view_too_large``; one within that bound that still blows
+the round's loss up is refused as ``view_raises_loss`` and the round runs without it.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _run(tmp_path: Path, *, value: float | None, old_ids: bool = False,
     losses: list[float] = []
     verdicts: list[Reason | None] = []
     for r in range(ROUNDS):
-        if attacker is not None:
+        if attacker is not None and value is not None:
             key_state = attacker if signer == "mallory" else cfgs[1].node.state_dir
             ids = _window_ids(clock.t - WINDOW * BUCKET_S) if old_ids else _window_ids(clock.t)
             node = daemons[0].node
@@ -131,13 +132,18 @@ def test_a_view_of_old_buckets_cannot_displace_the_real_agents(tmp_path: Path) -
     assert last.coverage[1] >= WINDOW - 1
 
 
-def test_the_bound_agent_itself_cannot_blow_up_a_peer(tmp_path: Path,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(("value", "reason"), [
+    (1000.0, "view_too_large"),  # refused by its size before the round
+    (10.0, "view_raises_loss"),  # within the size bound: the round's guard catches it
+])
+def test_the_bound_agent_itself_cannot_blow_up_a_peer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, value: float, reason: str
+) -> None:
     clean, _, _ = _run(tmp_path / "clean", value=None)
     with caplog.at_level("WARNING"):
-        attacked, daemons, verdicts = _run(tmp_path / "attacked", value=1000.0,
+        attacked, daemons, verdicts = _run(tmp_path / "attacked", value=value,
                                            signer="agent-1")
     assert set(verdicts) == {None}  # bound: held, then refused at use
-    assert daemons[0].node.rejected["view_too_large"] == ROUNDS
-    assert "(view_too_large)" in caplog.text
+    assert daemons[0].node.rejected[reason] == ROUNDS
+    assert f"({reason})" in caplog.text
     assert _last_finite(attacked) <= 2 * _last_finite(clean)
