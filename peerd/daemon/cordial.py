@@ -36,7 +36,7 @@ from peerd.core.viewbound import ViewBound, view_scale
 from peerd.daemon import sdnotify
 from peerd.daemon.host import ModeHost, expire_stale
 from peerd.daemon.memory import release_freed_memory
-from peerd.learn import learnerstate
+from peerd.learn import learnerstate, viewguard
 from peerd.learn.cordialround import (
     WIDTH,
     CordialLearner,
@@ -45,7 +45,6 @@ from peerd.learn.cordialround import (
     agent_data,
     index_size,
 )
-from peerd.learn.viewguard import guarded_round
 from peerd.node.knowstate import KnowledgeState, TypedHeld, ViewRows, sign_own_view
 from peerd.protocol.knowledge import KnowledgeSchema
 from peerd.protocol.manifest import Manifest
@@ -211,7 +210,7 @@ class CordialMode:
         clock = node.clock(now)
         learner = self.learner
         out, refused = await trio.to_thread.run_sync(
-            lambda: guarded_round(learner, learner.round, views))
+            lambda: viewguard.guarded_round(learner, learner.round, views))
         self.gate.refuse(refused)
         self.last = out
         self._used = {}

@@ -30,12 +30,11 @@ from peerd.daemon.cordial import (
     publish_view,
 )
 from peerd.daemon.host import expire_stale
-from peerd.learn import learnerstate
+from peerd.learn import learnerstate, viewguard
 from peerd.learn.cordialround import PeerView
 from peerd.learn.linearproblem import M_OUT
 from peerd.learn.sensorround import SensorLearner, SensorRoundOutput
 from peerd.learn.sensors import SensorFleet
-from peerd.learn.viewguard import guarded_round
 from peerd.node.knowstate import KnowledgeState
 from peerd.protocol.knowledge import KnowledgeSchema
 
@@ -111,7 +110,7 @@ class SensorMode:
         learner = self.learner
         learner.observe(bucket)  # first: the guard's loss before the round is on this window
         out, refused = await trio.to_thread.run_sync(
-            lambda: guarded_round(learner, lambda vs: learner.round(bucket, vs), views))
+            lambda: viewguard.guarded_round(learner, lambda vs: learner.round(bucket, vs), views))
         self.gate.refuse(refused)
         self.last = out
         self._used = {}

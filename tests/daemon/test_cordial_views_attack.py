@@ -28,11 +28,14 @@ from peerd.learn.linearproblem import M_OUT
 from peerd.net.gossip import SessionContext
 from peerd.node.knowstate import KnowledgeState, sign_own_view
 from peerd.store.keyfile import read_private_key
+from tests.daemon import test_sensor_mode
 from tests.daemon.test_daemon_membership import _keygen
-from tests.daemon.test_sensor_mode import BUCKET_S, WINDOW, Clock, _configs, _mode, runner
+from tests.daemon.test_sensor_mode import BUCKET_S, Clock, _configs, _mode, runner
 from tests.net.test_gossip import session
 
 ROUNDS = 10
+#: The sensor daemons' window (benchmarks/cordial_views.py sets both to measure others).
+WINDOW: int = test_sensor_mode.WINDOW
 #: The attacker's version: above anything an honest agent reaches in these rounds, so its
 #: view is the freshest of group agent-1 whenever it is held.
 ATTACK_VERSION = 10_000
