@@ -12,7 +12,8 @@ in cache group ``agent-<index>``, which tells receivers whose Λ_j^i a view feed
 is the sender's choice, so a view is held only if the fleet manifest binds its origin to the
 agent it names (:func:`view_refusal`, issue 24: any member could otherwise speak for any
 agent), and used only if it is not far larger than that agent's recent views
-(:class:`peerd.core.viewbound.ViewBound`). Each round:
+(:class:`peerd.core.viewbound.ViewBound`) and training on it does not blow the loss up
+(:func:`peerd.learn.viewguard.guarded_round`: the round runs again without it). Each round:
 drop stale views; train K steps on the freshest view of every peer agent; publish this
 round's h_i for every id of the index under the node's next version; save the agent as the
 learner file (peerd.learn.learnerstate), which the next start restores.
@@ -113,6 +114,9 @@ class ViewGate:
             origin = self.origins.get(agent)
             if origin is None:
                 continue
+            seen = self.bound.history.get(agent)
+            if seen:  # it entered the size history this round: it must not move the bound
+                seen.pop()
             log.warning("refused agent %d's view from %s: training on it raised the loss by "
                         "orders of magnitude; the round ran again without it (%s)", agent,
                         origin, Reason.VIEW_RAISES_LOSS)

@@ -6,7 +6,8 @@ Daemon protocol it shares): the gossip state is a
 :class:`peerd.learn.sensorround.SensorLearner`. The agent is ``[task] node_index`` of
 ``node_count``; ``[task] seed`` seeds the fleet-wide problem and every bucket's draw. Each
 round: drop stale views; take the current bucket ⌊now / cordial_bucket_s⌋ and the ones missed
-since the last round into the window; train on the freshest view of every peer agent; publish
+since the last round into the window; train on the freshest view of every peer agent that the
+manifest binds and the view bound and round guard admit (peerd.daemon.cordial); publish
 h_i for every bucket of the window (ids k mod 65,536, sorted) under the node's next version;
 save the learner (peerd.learn.learnerstate), which the next start restores.
 """
@@ -108,9 +109,12 @@ class SensorMode:
         clock = node.clock(now)
         bucket = bucket_of(now, self.bucket_s)
         learner = self.learner
-        learner.observe(bucket)  # first: the guard's loss before the round is on this window
-        out, refused = await trio.to_thread.run_sync(
-            lambda: viewguard.guarded_round(learner, lambda vs: learner.round(bucket, vs), views))
+
+        def train() -> tuple[SensorRoundOutput, list[int]]:
+            learner.observe(bucket)  # first: the guard's loss before the round is on this window
+            return viewguard.guarded_round(learner, lambda vs: learner.round(bucket, vs), views)
+
+        out, refused = await trio.to_thread.run_sync(train)
         self.gate.refuse(refused)
         self.last = out
         self._used = {}
