@@ -24,7 +24,7 @@ import typer
 
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import public_key_from_node_id
-from peerd.protocol.limits import PUBLIC_KEY_LEN
+from peerd.protocol.limits import MAX_AGENT_INDEX, PUBLIC_KEY_LEN
 from peerd.protocol.manifest import Manifest
 from peerd.store import fleetdir
 from peerd.store.fleetdir import (
@@ -123,10 +123,18 @@ def admit(
         str | None, typer.Option("--expires", metavar="DATE",
                                  help="Membership end, ISO 8601 (UTC if no zone).")
     ] = None,
+    agent: Annotated[
+        int | None, typer.Option(
+            "--agent", metavar="N", min=0, max=MAX_AGENT_INDEX,
+            help="Bind the node to cordial agent N (its [task] node_index): only its views "
+                 "are used as agent N's. Kept when omitted on a renewal.")
+    ] = None,
 ) -> None:
-    """Admit a node, or change a member's expiry; re-signs the manifest with seq + 1.
+    """Admit a node, or change a member's expiry or agent; re-signs the manifest (seq + 1).
 
-    Admitting a member again with the same expiry changes nothing (the seq stays).
+    Admitting a member again with the same expiry and agent changes nothing (the seq stays).
+    In cordial mode a peer's views are used only if the manifest binds it to the agent
+    they name, so admit every cordial node with --agent.
     """
     admin = _load_admin(fleet)
     try:
@@ -136,10 +144,13 @@ def admit(
     now = time.time()
     not_after = None if expires is None else _parse_expiry(expires, now)
     try:
-        admin, change = admin.admit(public_key, not_after, now=now)
+        admin, change = admin.admit(public_key, not_after, now=now, agent=agent)
     except (ValueError, FleetDirError) as exc:
         raise _fail(str(exc)) from None
     _print_change(admin, change, not_after)
+    bound = admin.fleet.manifest.agent_of(change.node_id)
+    if change.changed and bound is not None:
+        typer.echo(f"{change.node_id} speaks for cordial agent {bound}")
 
 
 @app.command("revoke")
@@ -267,7 +278,7 @@ def show(
         "verified_against": trust_source,
         "members": [
             {"node_id": m.node_id, "public_key": m.public_key.hex(),
-             "not_after": _iso(m.not_after),
+             "not_after": _iso(m.not_after), "agent": m.agent,
              "admitted_at": _iso(record.get(m.node_id, Admission()).admitted_at),
              "admitted_seq": record.get(m.node_id, Admission()).admitted_seq}
             for m in manifest.members
@@ -286,7 +297,8 @@ def show(
     typer.echo(f"members ({len(manifest.members)}):")
     for m in data["members"]:
         typer.echo(f"  {m['node_id']}  admitted {m['admitted_at'] or 'unknown'}  "
-                   f"expires {m['not_after'] or 'never'}")
+                   f"expires {m['not_after'] or 'never'}"
+                   + ("" if m["agent"] is None else f"  agent {m['agent']}"))
     typer.echo(f"revoked ({len(manifest.revoked)}):")
     for r in data["revoked"]:
         when = data["revoked_at"][r]

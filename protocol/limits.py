@@ -73,12 +73,17 @@ MAX_ERROR_CODE_LEN = 64
 #: makes us buffer in a session's manifest turn. 1,024 holds the 1,000-node fleets of issue 14.
 MAX_MEMBERS = 1024
 MAX_REVOKED = 1024
+#: Highest cordial agent index a manifest may bind a member to (``agent-<index>``: four
+#: digits, as the cordial group names them). Threat: an index the group label cannot name
+#: would bind a member to no agent anyone speaks for; bounded, its value costs ≤ 3 B a member.
+MAX_AGENT_INDEX = 9999
 #: Largest Manifest frame, the one control message allowed past MAX_CONTROL_FRAME_LEN. Threat:
 #: the bytes a peer makes us buffer (and hash, to check the admin's signature) in the manifest
 #: turn of a session before anything in them is trusted. The largest manifest the format can
 #: hold, MAX_MEMBERS members with an expiry and MAX_REVOKED revoked ids, is a frame of 155,895
 #: bytes (98 B per member, 54 B per revoked id; tests/protocol/test_protocol_manifest_large.py
-#: builds it); a fleet of 1,000 without revocations is ~90 KB.
+#: builds it), 158,967 with every member bound to an agent (3 B more each); a fleet of 1,000
+#: without revocations is ~90 KB.
 MAX_MANIFEST_FRAME_LEN = 256 * 1024
 
 #: Largest integer accepted for versions, seq numbers and counts (int64 range; msgpack

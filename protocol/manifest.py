@@ -2,7 +2,12 @@
 
 A manifest is a :class:`SignedEnvelope` under :data:`MANIFEST_DOMAIN`, signed by the fleet's
 admin key, whose body lists the fleet id, a strictly increasing ``seq``, the members (node
-id, public key, optional ``not_after``) and the revoked node ids. Nodes accept a manifest
+id, public key, optional ``not_after``, optional cordial ``agent``) and the revoked node ids.
+
+A member's ``agent`` binds it to one cordial agent index (issue 24): only its views are used as
+that agent's, whatever cache group a sender signs. It is a fourth item of the member's array,
+present only when set, so a manifest binding no agent is byte-for-byte the old format and an
+old manifest (three items a member) still decodes. Nodes accept a manifest
 only if it verifies against the admin key from their own configuration and its ``seq`` is
 higher than the one they hold; it then spreads between nodes like an entry.
 
@@ -24,6 +29,7 @@ from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import as_node_id, node_id_from_public_key
 from peerd.protocol.limits import (
     FLEET_ID_LEN,
+    MAX_AGENT_INDEX,
     MAX_BIN_LEN,
     MAX_MANIFEST_FRAME_LEN,
     MAX_MEMBERS,
@@ -53,9 +59,14 @@ class Member:
     public_key: bytes
     #: UNIX seconds after which the membership lapses; None = no expiry.
     not_after: float | None = None
+    #: The cordial agent index this member is (its views alone speak for that agent); None:
+    #: bound to no agent.
+    agent: int | None = None
 
     def to_wire(self) -> list[Any]:
-        return [self.node_id, self.public_key, self.not_after]
+        # No fourth item when unbound: such a manifest keeps the pre-binding bytes.
+        base: list[Any] = [self.node_id, self.public_key, self.not_after]
+        return base if self.agent is None else [*base, self.agent]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +102,18 @@ class Manifest:
             malformed("manifest body has the wrong type tag")
         members: list[Member] = []
         for i, raw in enumerate(f.get("members", as_list, MAX_MEMBERS)):
-            item = as_list(raw, f"members[{i}]", 3, length=3)
+            item = as_list(raw, f"members[{i}]", 4)
+            if len(item) < 3:
+                malformed(f"members[{i}] must have 3 or 4 items, got {len(item)}")
             node_id = as_node_id(item[0], f"members[{i}].node_id")
             key = as_bytes(item[1], f"members[{i}].public_key", PUBLIC_KEY_LEN)
             if node_id_from_public_key(key) != node_id:
                 malformed(f"members[{i}]: node id does not match its public key")
             not_after = None if item[2] is None else as_float(item[2], f"members[{i}].not_after")
-            members.append(Member(node_id, key, not_after))
+            agent = None
+            if len(item) == 4:
+                agent = as_int(item[3], f"members[{i}].agent", 0, MAX_AGENT_INDEX)
+            members.append(Member(node_id, key, not_after, agent))
         revoked = [as_node_id(r, "revoked[]") for r in f.get("revoked", as_list, MAX_REVOKED)]
         ids = [m.node_id for m in members]
         if len(set(ids)) != len(ids) or len(set(revoked)) != len(revoked):
@@ -115,6 +131,16 @@ class Manifest:
 
     def member(self, node_id: str) -> Member | None:
         return self._by_id.get(node_id)
+
+    def agent_of(self, node_id: str) -> int | None:
+        """The cordial agent ``node_id`` is bound to; None if it is bound to none."""
+        m = self._by_id.get(node_id)
+        return None if m is None else m.agent
+
+    @property
+    def binds_agents(self) -> bool:
+        """Whether any member is bound to a cordial agent."""
+        return any(m.agent is not None for m in self.members)
 
     def check_member(self, node_id: str, now: float) -> Member:
         """The member record, or REVOKED / NOT_MEMBER / EXPIRED."""
@@ -134,16 +160,26 @@ class Manifest:
 
     # --- edits (admin side); each returns a new manifest with seq + 1 ----------------
 
-    def admit(self, public_key: bytes, not_after: float | None) -> Manifest:
+    def admit(self, public_key: bytes, not_after: float | None,
+              agent: int | None = None) -> Manifest:
+        """Admit (or renew) a key; ``agent`` binds it to that cordial agent index. ValueError
+        for a revoked key, a full manifest, or an agent another member is bound to (two
+        origins speaking for one agent is what the binding exists to prevent)."""
         node_id = node_id_from_public_key(public_key)
         if node_id in self.revoked:
             raise ValueError(f"{node_id} is revoked; a revoked key is never re-admitted")
         if not_after is not None and not math.isfinite(not_after):
             raise ValueError("not_after must be finite")
+        if agent is not None and not 0 <= agent <= MAX_AGENT_INDEX:
+            raise ValueError(f"agent must be in [0, {MAX_AGENT_INDEX}], got {agent}")
         others = tuple(m for m in self.members if m.node_id != node_id)
         if len(others) + 1 > MAX_MEMBERS:
             raise ValueError(f"a manifest holds at most {MAX_MEMBERS} members")
-        members = sorted((*others, Member(node_id, public_key, not_after)), key=lambda m: m.node_id)
+        taken = [m.node_id for m in others if agent is not None and m.agent == agent]
+        if taken:
+            raise ValueError(f"agent {agent} is already bound to {taken[0]}")
+        members = sorted((*others, Member(node_id, public_key, not_after, agent)),
+                         key=lambda m: m.node_id)
         return replace(self, seq=self.seq + 1, members=tuple(members))
 
     def revoke(self, node_id: str) -> Manifest:

@@ -29,6 +29,15 @@ class Reason(StrEnum):
     EVICTED = "evicted"  # pushed out by capacity C (fresher entries won)
     OWN_ORIGIN = "own_origin"  # a peer relayed our own entry back to us
     UNREFERENCED = "unreferenced"  # a keys entry no held knowledge entry names (kinds)
+    #: a cordial view whose group names an agent the manifest does not bind its origin to
+    #: (peerd.daemon.cordial): the sender chose a label, the admin did not speak for it
+    AGENT_NOT_BOUND = "agent_not_bound"
+    #: a cordial view far larger than that agent's recent accepted views
+    #: (peerd.core.viewbound): not fed to the learner
+    VIEW_TOO_LARGE = "view_too_large"
+    #: a cordial view whose use in a round raised the learner's loss by orders of magnitude
+    #: (peerd.learn.viewguard): the round ran again without it
+    VIEW_RAISES_LOSS = "view_raises_loss"
     # --- protocol / membership (peerd.protocol): the envelope is unacceptable ---------
     MALFORMED = "malformed"  # frame or message does not parse
     BAD_SIGNATURE = "bad_signature"  # Ed25519 signature does not verify

@@ -8,7 +8,12 @@ the training :class:`peerd.learn.cordialround.CordialLearner`.
 
 The agent is ``[task] node_index`` of ``node_count``; ``[task] seed`` seeds the shared index,
 so every node draws the same composites and keeps its own digit. The node signs its views
-in cache group ``agent-<index>``, which tells receivers whose Λ_j^i a view feeds. Each round:
+in cache group ``agent-<index>``, which tells receivers whose Λ_j^i a view feeds. That label
+is the sender's choice, so a view is held only if the fleet manifest binds its origin to the
+agent it names (:func:`view_refusal`, issue 24: any member could otherwise speak for any
+agent), and used only if it is not far larger than that agent's recent views
+(:class:`peerd.core.viewbound.ViewBound`) and training on it does not blow the loss up
+(:func:`peerd.learn.viewguard.guarded_round`: the round runs again without it). Each round:
 drop stale views; train K steps on the freshest view of every peer agent; publish this
 round's h_i for every id of the index under the node's next version; save the agent as the
 learner file (peerd.learn.learnerstate), which the next start restores.
@@ -26,10 +31,13 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.control.status import ViewRow, ViewsStatus
+from peerd.core.entry import EntryMeta
+from peerd.core.reasons import Reason
+from peerd.core.viewbound import ViewBound, view_scale
 from peerd.daemon import sdnotify
 from peerd.daemon.host import ModeHost, expire_stale
 from peerd.daemon.memory import release_freed_memory
-from peerd.learn import learnerstate
+from peerd.learn import learnerstate, viewguard
 from peerd.learn.cordialround import (
     WIDTH,
     CordialLearner,
@@ -38,8 +46,9 @@ from peerd.learn.cordialround import (
     agent_data,
     index_size,
 )
-from peerd.node.knowstate import KnowledgeState, sign_own_view
+from peerd.node.knowstate import KnowledgeState, TypedHeld, ViewRows, sign_own_view
 from peerd.protocol.knowledge import KnowledgeSchema
+from peerd.protocol.manifest import Manifest
 from peerd.store.statedir import Counters
 
 log = logging.getLogger(__name__)
@@ -65,6 +74,79 @@ def agent_of(group: str | None) -> int | None:
     return None if m is None else int(m.group(1))
 
 
+def view_refusal(manifest: Manifest, meta: EntryMeta) -> Reason | None:
+    """Why a view may not be held as the agent its group names: AGENT_NOT_BOUND unless the
+    manifest binds its origin to exactly that agent (the admin's word, not the sender's)."""
+    agent = agent_of(meta.group)
+    if agent is None or manifest.agent_of(meta.origin) != agent:
+        return Reason.AGENT_NOT_BOUND
+    return None
+
+
+def bind_views(node: KnowledgeState, index: int) -> None:
+    """Hold only views the manifest backs; say once at start-up when it backs none."""
+    node.check_views(view_refusal)
+    manifest = node.manifest
+    if not manifest.binds_agents:
+        log.warning("the fleet manifest binds no member to a cordial agent: every peer view "
+                    "is refused (%s); admit each node with `peerd fleet admit --agent N`",
+                    Reason.AGENT_NOT_BOUND)
+    elif manifest.agent_of(node.id) != index:
+        log.warning("the fleet manifest does not bind this node to agent %d: peers refuse "
+                    "its views (%s); admit it with `peerd fleet admit --agent %d`", index,
+                    Reason.AGENT_NOT_BOUND, index)
+
+
+class ViewGate:
+    """Which held views a round may use: one per peer agent, the freshest whose origin the
+    manifest (still) binds to it and whose size :class:`ViewBound` admits; a view too large
+    is dropped from the cache (counted as VIEW_TOO_LARGE) and logged."""
+
+    def __init__(self, node: KnowledgeState, index: int, agents: int) -> None:
+        self.node, self.index, self.agents = node, index, agents
+        self.bound = ViewBound()
+        #: agent -> the origin of the view the last select() gave for it
+        self.origins: dict[int, str] = {}
+
+    def refuse(self, agents: list[int]) -> None:
+        """Drop the views the last round ran again without (peerd.learn.viewguard)."""
+        for agent in agents:
+            origin = self.origins.get(agent)
+            if origin is None:
+                continue
+            seen = self.bound.history.get(agent)
+            if seen:  # it entered the size history this round: it must not move the bound
+                seen.pop()
+            log.warning("refused agent %d's view from %s: training on it raised the loss by "
+                        "orders of magnitude; the round ran again without it (%s)", agent,
+                        origin, Reason.VIEW_RAISES_LOSS)
+            self.node.drop(origin, Reason.VIEW_RAISES_LOSS)
+
+    def select(self) -> list[tuple[int, ViewRows]]:
+        node = self.node
+        own = node.own
+        own_scale = 0.0  # no own view yet: the bound's floor
+        if isinstance(own, TypedHeld) and "vectors" in own.arrays:
+            own_scale = view_scale(np.asarray(own.arrays["vectors"], dtype=np.float32))
+        out: list[tuple[int, ViewRows]] = []
+        for v in node.views():  # freshest first
+            agent = agent_of(v.group)
+            if agent is None or agent == self.index or agent >= self.agents \
+                    or any(a == agent for a, _ in out) \
+                    or node.manifest.agent_of(v.origin) != agent:
+                continue
+            scale = view_scale(v.vectors)
+            if not self.bound.admit(agent, scale, own_scale):
+                log.warning("refused agent %d's view from %s (version %d): largest row norm "
+                            "%.3g above the bound %.3g (%s)", agent, v.origin, v.version,
+                            scale, self.bound.bound(agent, own_scale), Reason.VIEW_TOO_LARGE)
+                node.drop(v.origin, Reason.VIEW_TOO_LARGE)
+                continue
+            out.append((agent, v))
+        self.origins = {agent: v.origin for agent, v in out}
+        return out
+
+
 def view_schema(agents: int, per_digit: int, seed: int) -> KnowledgeSchema:
     """What every node of a cordial fleet must agree on: the task, its shared index (agents,
     P, seed) and the vectors' width."""
@@ -88,6 +170,8 @@ class CordialMode:
         self.node = KnowledgeState.from_node(daemon.node, self.schema,
                                              sample_budget=learning.sample_capacity)
         self.node.group = agent_group(self.index)
+        bind_views(self.node, self.index)
+        self.gate = ViewGate(self.node, self.index, self.agents)
         self.learner = CordialLearner(
             self.data, coordination=learning.cordial_coordination,
             warmup_epochs=learning.cordial_warmup_epochs, batch_size=learning.batch_size,
@@ -99,16 +183,8 @@ class CordialMode:
         self._used: dict[int, tuple[str, int, int]] = {}  # agent -> (origin, version, ids)
 
     def peer_views(self) -> list[PeerView]:
-        """The freshest view of every peer agent (views() is freshest first)."""
-        out: list[PeerView] = []
-        seen: set[int] = set()
-        for v in self.node.views():
-            agent = agent_of(v.group)
-            if agent is None or agent == self.index or agent >= self.agents or agent in seen:
-                continue
-            seen.add(agent)
-            out.append(PeerView(agent, v.ids, v.vectors))
-        return out
+        """The freshest usable view of every peer agent (:class:`ViewGate`)."""
+        return [PeerView(agent, v.ids, v.vectors) for agent, v in self.gate.select()]
 
     def status(self, now: float) -> ViewsStatus:
         """Which peers' views are held and how many of the current ids each covers."""
@@ -136,7 +212,10 @@ class CordialMode:
         views = self.peer_views()
         used = {v.origin: (v.version, v.created_at) for v in node.views()}
         clock = node.clock(now)
-        out: CordialRoundOutput = await trio.to_thread.run_sync(self.learner.round, views)
+        learner = self.learner
+        out, refused = await trio.to_thread.run_sync(
+            lambda: viewguard.guarded_round(learner, learner.round, views))
+        self.gate.refuse(refused)
         self.last = out
         self._used = {}
         for v in node.views():

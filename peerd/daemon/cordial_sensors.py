@@ -6,7 +6,8 @@ Daemon protocol it shares): the gossip state is a
 :class:`peerd.learn.sensorround.SensorLearner`. The agent is ``[task] node_index`` of
 ``node_count``; ``[task] seed`` seeds the fleet-wide problem and every bucket's draw. Each
 round: drop stale views; take the current bucket ⌊now / cordial_bucket_s⌋ and the ones missed
-since the last round into the window; train on the freshest view of every peer agent; publish
+since the last round into the window; train on the freshest view of every peer agent that the
+manifest binds and the view bound and round guard admit (peerd.daemon.cordial); publish
 h_i for every bucket of the window (ids k mod 65,536, sorted) under the node's next version;
 save the learner (peerd.learn.learnerstate), which the next start restores.
 """
@@ -21,9 +22,16 @@ import trio
 from peerd.control.status import ViewRow, ViewsStatus
 from peerd.core.timebuckets import VIEW_IDS, bucket_of
 from peerd.daemon import sdnotify
-from peerd.daemon.cordial import Daemon, agent_group, agent_of, publish_view
+from peerd.daemon.cordial import (
+    Daemon,
+    ViewGate,
+    agent_group,
+    agent_of,
+    bind_views,
+    publish_view,
+)
 from peerd.daemon.host import expire_stale
-from peerd.learn import learnerstate
+from peerd.learn import learnerstate, viewguard
 from peerd.learn.cordialround import PeerView
 from peerd.learn.linearproblem import M_OUT
 from peerd.learn.sensorround import SensorLearner, SensorRoundOutput
@@ -61,6 +69,8 @@ class SensorMode:
         self.node = KnowledgeState.from_node(daemon.node, self.schema,
                                              sample_budget=learning.sample_capacity)
         self.node.group = agent_group(self.index)
+        bind_views(self.node, self.index)  # only the member an agent is speaks for it
+        self.gate = ViewGate(self.node, self.index, self.agents)
         self.learner = SensorLearner(
             SensorFleet(self.agents, task.seed), self.index, window=learning.cordial_window,
             coordination=learning.cordial_coordination, batch_size=learning.batch_size,
@@ -70,15 +80,8 @@ class SensorMode:
         self._used: dict[int, str] = {}  # agent -> the origin whose view the last round used
 
     def peer_views(self) -> list[PeerView]:
-        """The freshest view of every peer agent (views() is freshest first)."""
-        out: list[PeerView] = []
-        for v in self.node.views():
-            agent = agent_of(v.group)
-            if agent is None or agent == self.index or agent >= self.agents \
-                    or any(p.agent == agent for p in out):
-                continue
-            out.append(PeerView(agent, v.ids, v.vectors))
-        return out
+        """The freshest usable view of every peer agent (peerd.daemon.cordial.ViewGate)."""
+        return [PeerView(agent, v.ids, v.vectors) for agent, v in self.gate.select()]
 
     def status(self, now: float) -> ViewsStatus:
         """Which peers' views are held and how many of the window's buckets each covers."""
@@ -105,7 +108,14 @@ class SensorMode:
         held = {v.origin: (v.version, v.created_at, agent_of(v.group)) for v in node.views()}
         clock = node.clock(now)
         bucket = bucket_of(now, self.bucket_s)
-        out = await trio.to_thread.run_sync(self.learner.round, bucket, views)
+        learner = self.learner
+
+        def train() -> tuple[SensorRoundOutput, list[int]]:
+            learner.observe(bucket)  # first: the guard's loss before the round is on this window
+            return viewguard.guarded_round(learner, lambda vs: learner.round(bucket, vs), views)
+
+        out, refused = await trio.to_thread.run_sync(train)
+        self.gate.refuse(refused)
         self.last = out
         self._used = {}
         for origin, (_, _, agent) in held.items():  # freshest first, as views() gave them

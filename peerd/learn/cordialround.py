@@ -230,6 +230,8 @@ class CordialLearner:
             raise ValueError(f"shuffled rows outside [0, {rows})")
         rng = torch.from_numpy(np.array(saved.tensors["rng"], copy=True))
         torch.Generator().set_state(rng)  # a state torch refuses raises here, not half-way
+        for name in self.model.state_dict():  # a diverged agent is not brought back
+            ls.check_not_exploded(name, saved.tensors["model." + name])
         names = self._names()
         ls.load_module("model.", self.model, saved)
         self.opt = torch.optim.Adam(self.model.embedding(), lr=self.hyper.eps0)
@@ -264,6 +266,21 @@ class CordialLearner:
             table[ids, v.agent] = torch.from_numpy(v.vectors[keep])
             coverage[v.agent] = int(keep.sum())
         return table, coverage
+
+    def loss(self, views: list[PeerView]) -> float:
+        """Cross-entropy on the training ids with ``views`` (none, isolated), the network as it
+        is, without dropout (peerd.learn.viewguard compares it before and after a round)."""
+        table, _ = self.received(views)
+        ids = torch.from_numpy(self.data.ids["train"])
+        model = self.model
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            logits = model.logits(model.embed(self.data.x["train"]),
+                                  table[ids] if self.coordination else None)
+            out = float(fn.cross_entropy(logits, self.data.y["train"]))
+        model.train(was)
+        return out
 
     def round(self, views: list[PeerView]) -> CordialRoundOutput:
         """K steps on the received views, then evaluation and this agent's next view."""

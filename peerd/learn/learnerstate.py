@@ -31,6 +31,13 @@ from peerd.store.statedir import StateDir
 
 log = logging.getLogger(__name__)
 
+#: Largest |value| a restored learner's parameters may hold. Threat: a learner that diverged
+#: (a poisoned peer view took a sensor agent's Λ_j^i to 5e63, issue 24) is saved every round
+#: and would come back diverged after each restart; healthy agents' weights are O(1) (a
+#: trained sensor agent's M_i ≤ 1.5, Λ ≤ 0.4; LeNet weights < 1), so 1e4 is only reached by
+#: one that left its problem's scale for good.
+MAX_PARAM_ABS = 1e4
+
 #: Adam's per-parameter state (amsgrad off): its step and the two moments.
 ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 
@@ -116,6 +123,16 @@ def load_adam(prefix: str, opt: torch.optim.Optimizer, names: Mapping[int, str],
     opt.load_state_dict(state)
 
 
+def check_not_exploded(name: str, a: npt.NDArray[Any]) -> None:
+    """ValueError if a saved parameter is beyond :data:`MAX_PARAM_ABS` (NaN is refused
+    earlier, by peerd.store.learnerfile; bfloat16 words and integers are not checked)."""
+    if a.size and a.dtype.kind == "f":
+        peak = float(np.max(np.abs(a)))
+        if not peak <= MAX_PARAM_ABS:
+            raise ValueError(f"{name} reaches |{peak:.3g}| > {MAX_PARAM_ABS:g}: the learner "
+                             f"had diverged")
+
+
 # ---------------------------------------------------------------------------- knowledge mode
 
 
@@ -156,8 +173,8 @@ def restore(state_dir: StateDir, learner: Learner) -> int | None:
         learner.load(saved)
     except (ValueError, RuntimeError) as exc:
         # The learner checks values before it changes anything: it is still the fresh one.
-        log.warning("not restoring the local learner saved after round %d: %s; it starts "
-                    "fresh", saved.round, exc)
+        # A state of this very learner it cannot take is corrupt: set aside, not retried.
+        learnerfile.refuse(state_dir, saved.round, str(exc))
         return None
     log.info("restored the local learner (%s mode) at round %d", learner.mode, saved.round)
     state_dir.audit("learner_restored", mode=learner.mode, round=saved.round)

@@ -145,6 +145,18 @@ class SensorLearner:
         lam[self.index] = 0.0
         return out + torch.einsum("jab,kjb->ka", lam, resid)
 
+    def loss(self, views: list[PeerView]) -> float:
+        """Mean squared error on the window's buckets ``views`` cover (all, isolated), the
+        model as it is (peerd.learn.viewguard compares it before and after a round); NaN with
+        fewer than 2 such buckets."""
+        e, present, _ = self.received(views)
+        rows = torch.arange(len(self.buckets))[present if self.coordination
+                                               else torch.ones_like(present)]
+        if len(rows) < MIN_BATCH:
+            return math.nan
+        with torch.no_grad():
+            return float(((self.y[rows] - self.predict(e, rows, rows)) ** 2).sum(1).mean())
+
     def round(self, now_bucket: int, views: list[PeerView]) -> SensorRoundOutput:
         """Observe up to ``now_bucket``, score the held-out buckets, take K steps, publish."""
         self.observe(now_bucket)
@@ -164,8 +176,9 @@ class SensorLearner:
         h = (self.x @ self.m.T).numpy()
         ids, order = window_ids(self.buckets)
         # A view's values are bounded on the wire (MAX_VIEW_ABS); a diverged agent still
-        # publishes (clipped) rather than failing its round.
-        views_out = np.clip(h[order], -1000.0, 1000.0).astype(np.float32)
+        # publishes (clipped, NaN as 0) rather than failing its round: signing refuses NaN.
+        views_out = np.clip(np.nan_to_num(h[order], nan=0.0), -1000.0, 1000.0
+                            ).astype(np.float32)
         return SensorRoundOutput(
             train_loss=float(np.mean(taken)) if taken else math.nan, val_loss=val,
             held_out=len(held), views=views_out, ids=ids, coverage=coverage,
@@ -227,6 +240,8 @@ class SensorLearner:
         lam = torch.from_numpy(np.array(saved.tensors["lam"], copy=True))
         if not (bool(torch.isfinite(m).all()) and bool(torch.isfinite(lam).all())):
             raise ValueError("a non-finite M_i or Λ_j^i")
+        ls.check_not_exploded("M_i", saved.tensors["m"])
+        ls.check_not_exploded("Λ_j^i", saved.tensors["lam"])
         buckets = [int(b) for b in saved.tensors["buckets"]]
         if any(b < 0 for b in buckets) or any(b >= c for b, c in itertools.pairwise(buckets)) \
                 or (buckets and buckets[-1] - buckets[0] >= self.window):

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from peerd.core.entry import CacheItem, Entry
+from peerd.core.entry import CacheItem, Entry, EntryMeta
 from peerd.core.reasons import Reason
 from peerd.node.state import Held, NodeState, Withdrawn, from_wire_arrays, meta_of
 from peerd.protocol import messages as msg
@@ -133,6 +133,9 @@ class KnowledgeState(NodeState):
     #: origin -> its keys entry, while a cached knowledge entry of it names that digest.
     keys: dict[str, TypedHeld] = field(default_factory=dict)
     own_keys: TypedHeld | None = None
+    #: Cordial mode's check of a view against the manifest (whom it binds to which agent):
+    #: why a knowledge entry may not be held, or None. None: every entry may.
+    view_check: Callable[[Manifest, EntryMeta], Reason | None] | None = None
 
     entry_kind: ClassVar[str] = KNOWLEDGE
 
@@ -211,9 +214,27 @@ class KnowledgeState(NodeState):
         self._prune()
         return expired
 
+    def check_views(self, check: Callable[[Manifest, EntryMeta], Reason | None]) -> None:
+        """Check every knowledge entry by ``check`` from now on, and the held ones now (a
+        restored cache was admitted before the mode said what it accepts)."""
+        self.view_check = check
+        for item in list(self.cache):
+            reason = self.refuse(item.meta)
+            if reason is not None:
+                self.cache.remove(item)
+                self.reject(reason)
+        self._prune()
+
+    def refuse(self, meta: EntryMeta) -> Reason | None:
+        if self.view_check is None or meta.kind != KNOWLEDGE:
+            return None
+        return self.view_check(self.manifest, meta)
+
     def install_manifest(self, manifest: Manifest, envelope: SignedEnvelope | None,
                          now: float) -> None:
         super().install_manifest(manifest, envelope, now)
+        if self.view_check is not None:  # a new manifest may move a binding
+            self.check_views(self.view_check)
         self._prune()
 
     def _take_out(self, origins: set[str] | frozenset[str], reason: Reason) -> list[Withdrawn]:

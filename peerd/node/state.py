@@ -420,6 +420,11 @@ class NodeState:
             self.own_max_version_seen = max(self.own_max_version_seen, meta.version)
             self.reject(Reason.OWN_ORIGIN)
             return Reason.OWN_ORIGIN
+        # After the ledger took its version: a refused entry is not wanted again.
+        refused = self.refuse(meta)
+        if refused is not None:
+            self.reject(refused)
+            return refused
         item = CacheItem(meta, sender, now, payload=verified)
         result = merge(self.cache, [item], clock=self.clock(now), tau_max=self.tau_max,
                        capacity=self.capacity, own_origin=self.id,
@@ -438,6 +443,11 @@ class NodeState:
             return None
         fresh = is_fresh(self.clock(now).staleness(meta), self.tau_max)
         return Reason.EVICTED if fresh else Reason.STALE
+
+    def refuse(self, meta: EntryMeta) -> Reason | None:
+        """Why a mode refuses a verified entry of a member before it is cached (None: no
+        objection); typed nodes override it (cordial views, peerd.node.knowstate)."""
+        return None
 
     def expire(self, now: float) -> list[CacheItem]:
         """Drop entries that aged past τ_max (called every round and before blending)."""

@@ -148,18 +148,21 @@ class FleetAdmin:
     fleet: Fleet
     key: Ed25519PrivateKey
 
-    def admit(self, public_key: bytes, not_after: float | None, *,
-              now: float) -> tuple[FleetAdmin, Change]:
+    def admit(self, public_key: bytes, not_after: float | None, *, now: float,
+              agent: int | None = None) -> tuple[FleetAdmin, Change]:
         """Admit a key until ``not_after`` (None: no expiry), or renew a member whose expiry
-        differs; the manifest is re-signed with seq + 1 and written, and the admission time
-        ``now`` recorded. A member with that very expiry changes nothing (no new seq).
-        ValueError for a revoked key (never re-admitted) or a full manifest; FleetDirError
-        when a file cannot be written."""
+        (or cordial ``agent`` binding) differs; the manifest is re-signed with seq + 1 and
+        written, and the admission time ``now`` recorded. ``agent`` None keeps a member's
+        binding. A member with that very expiry and binding changes nothing (no new seq).
+        ValueError for a revoked key (never re-admitted), a full manifest or an agent bound
+        to another member; FleetDirError when a file cannot be written."""
         node_id = node_id_from_public_key(public_key)
         held = self.fleet.manifest.member(node_id)
-        if held is not None and held.not_after == not_after:
+        if held is not None and agent is None:
+            agent = held.agent
+        if held is not None and held.not_after == not_after and held.agent == agent:
             return self, Change(node_id, "unchanged", "already a member with that expiry")
-        admin = self._write(self.fleet.manifest.admit(public_key, not_after))
+        admin = self._write(self.fleet.manifest.admit(public_key, not_after, agent))
         if held is not None:
             return admin, Change(node_id, "renewed", previous_not_after=held.not_after)
         admin._record(node_id, Admission(admitted_at=now, admitted_seq=admin.fleet.manifest.seq))
@@ -346,7 +349,8 @@ def _write_manifest(path: Path, manifest: Manifest, admin_key: Ed25519PrivateKey
     return data
 
 
-def create(directory: Path, *, members: Sequence[bytes] = (), now: float | None = None
+def create(directory: Path, *, members: Sequence[bytes] = (),
+           agents: Sequence[int | None] = (), now: float | None = None
            ) -> FleetAdmin:
     """A new fleet in ``directory`` (made 0700 if missing): a fresh admin key and fleet id
     and a manifest (seq 1) admitting the public keys ``members`` (none by default).
@@ -369,8 +373,8 @@ def create(directory: Path, *, members: Sequence[bytes] = (), now: float | None 
     info = FleetInfo(secrets.token_bytes(FLEET_ID_LEN), public_key_bytes(admin_key))
     _write_public(directory / FLEET_FILE, info.to_json())
     manifest = Manifest(info.fleet_id, 0)
-    for public_key in members:
-        manifest = manifest.admit(public_key, None)
+    for i, public_key in enumerate(members):
+        manifest = manifest.admit(public_key, None, agents[i] if i < len(agents) else None)
     manifest = dataclasses.replace(manifest, seq=FIRST_SEQ)
     data = _write_manifest(directory / MANIFEST_FILE, manifest, admin_key)
     stamp = time.time() if now is None else now
@@ -381,10 +385,12 @@ def create(directory: Path, *, members: Sequence[bytes] = (), now: float | None 
 
 def create_with_nodes(directory: Path, state_dirs: Sequence[Path]) -> tuple[Fleet, list[str]]:
     """A throw-away fleet (the demo's, the benchmarks'): a fresh identity key in each of
-    ``state_dirs`` (as ``node.key``), all admitted by the fleet made in ``directory``.
+    ``state_dirs`` (as ``node.key``), all admitted by the fleet made in ``directory``, node
+    i bound to cordial agent i (its ``[task] node_index``; harmless outside cordial mode).
     The fleet and the node ids, in the order of ``state_dirs``."""
     keys = [new_node_key(d) for d in state_dirs]
-    admin = create(directory, members=[public_key_bytes(k) for k in keys])
+    admin = create(directory, members=[public_key_bytes(k) for k in keys],
+                   agents=range(len(keys)))
     return admin.fleet, [node_id_of(k) for k in keys]
 
 

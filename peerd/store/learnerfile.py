@@ -16,7 +16,9 @@ The tensors use the entries' codec (peerd.protocol.tensors: allow-listed dtypes,
 what the current config builds: the same mode, the same identity (e.g. the agent index) and
 exactly the tensor names, dtypes and shapes the learner expects; otherwise one line says why
 and the learner starts fresh. A corrupt file is quarantined; one over
-:data:`MAX_LEARNER_LEN` is refused before it is read.
+:data:`MAX_LEARNER_LEN` is refused before it is read. So is one of this learner that holds
+NaN or ±Inf, or values the learner refuses (:func:`refuse`: exploded ones, issue 24): a
+diverged agent saved every round would otherwise come back diverged after every restart.
 
 This module owns the format, its limits and that decision. It must not know torch nor what a
 tensor means (peerd.learn.learnerstate and the learners do), nor the state-file format
@@ -30,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from peerd.protocol import wire
@@ -167,7 +170,32 @@ def mismatch(saved: LearnerState, mode: str, identity: Identity,
     return None
 
 
+def non_finite(state: LearnerState) -> str | None:
+    """The first tensor holding NaN or ±Inf, said as a reason (None: all finite). bfloat16
+    tensors are their uint16 words: all-ones exponent bits mean NaN or Inf."""
+    for name, a in state.tensors.items():
+        if name in state.bfloat16:
+            bad = bool(np.any((a.view(np.uint16) & 0x7F80) == 0x7F80))
+        elif a.dtype.kind == "f":
+            bad = not bool(np.isfinite(a).all())
+        else:
+            continue
+        if bad:
+            return f"NaN or Inf in {name}: the learner had diverged"
+    return None
+
+
 # ---------------------------------------------------------------------------- the state dir
+
+
+def refuse(state_dir: StateDir, saved_round: int, problem: str) -> None:
+    """One line saying why the saved learner is not restored; the file is quarantined as a
+    corrupt one (a read-only state directory keeps it) so the next start does not retry it."""
+    why = f"{problem}; the local learner saved after round {saved_round} starts fresh"
+    if state_dir.readonly:
+        log.warning("not restoring the local learner: %s", why)
+    else:
+        state_dir.quarantine_file(state_dir.blob_path(LEARNER_BLOB), why)
 
 
 def save(state_dir: StateDir, state: LearnerState) -> bool:
@@ -204,5 +232,9 @@ def load(state_dir: StateDir, *, mode: str, identity: Identity,
     if reason is not None:
         log.warning("not restoring the local learner saved after round %d: %s; it starts "
                     "fresh", saved.round, reason)
+        return None
+    problem = non_finite(saved)
+    if problem is not None:
+        refuse(state_dir, saved.round, problem)
         return None
     return saved

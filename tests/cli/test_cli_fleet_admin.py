@@ -171,3 +171,35 @@ def test_a_corrupt_admission_record_is_reported_not_ignored(tmp_path: Path) -> N
     assert code == 1
     assert "the manifest was changed (seq 2) but its admission record was not" in out
     assert fleetdir.open_fleet(fleet).manifest.member(node) is not None
+
+
+def test_admit_binds_a_node_to_a_cordial_agent_and_show_says_so(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet"
+    ok("fleet", "init", str(fleet))
+    a, b, c = new_id(), new_id(), new_id()
+    out = ok("fleet", "admit", "--fleet", str(fleet), a, "--agent", "0")
+    assert f"{a} speaks for cordial agent 0" in out
+    ok("fleet", "admit", "--fleet", str(fleet), b)
+    manifest = fleetdir.open_fleet(fleet).manifest
+    assert (manifest.agent_of(a), manifest.agent_of(b)) == (0, None)
+    # a second member for agent 0 is refused: one origin speaks for an agent
+    code, out = run("fleet", "admit", "--fleet", str(fleet), c, "--agent", "0")
+    assert code != 0
+    assert "agent 0 is already bound to" in out
+    # renewing without --agent keeps the binding; the same binding changes nothing
+    before = seq(fleet)
+    ok("fleet", "admit", "--fleet", str(fleet), a, "--expires", "2099-01-01")
+    assert fleetdir.open_fleet(fleet).manifest.agent_of(a) == 0
+    assert "nothing changed" in ok("fleet", "admit", "--fleet", str(fleet), a, "--agent", "0",
+                                   "--expires", "2099-01-01")
+    assert seq(fleet) == before + 1
+    ok("fleet", "admit", "--fleet", str(fleet), b, "--agent", "1")  # binding a member: seq + 1
+    assert seq(fleet) == before + 2
+    text = ok("fleet", "show", "--fleet", str(fleet))
+    lines = {n: next(line for line in text.splitlines() if n in line) for n in (a, b)}
+    assert lines[a].endswith("agent 0")
+    assert lines[b].endswith("agent 1")
+    data = json.loads(ok("fleet", "show", "--json", "--fleet", str(fleet)))
+    assert {m["node_id"]: m["agent"] for m in data["members"]} == {a: 0, b: 1}
+    code, _ = run("fleet", "admit", "--fleet", str(fleet), c, "--agent", "-1")
+    assert code != 0

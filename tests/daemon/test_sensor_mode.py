@@ -42,8 +42,9 @@ def _configs(tmp_path: Path, n: int, *, coordination: bool = True) -> list[Confi
     fleet = tmp_path / "fleet"
     assert runner.invoke(app, ["fleet", "init", str(fleet)]).exit_code == 0
     states = [tmp_path / f"st{i}" for i in range(n)]
-    for node_id in [_keygen(s) for s in states]:
-        out = runner.invoke(app, ["fleet", "admit", "--fleet", str(fleet), node_id])
+    for i, node_id in enumerate([_keygen(s) for s in states]):
+        out = runner.invoke(app, ["fleet", "admit", "--fleet", str(fleet), node_id,
+                                  "--agent", str(i)])
         assert out.exit_code == 0, out.output
     cfgs = []
     for i, state in enumerate(states):

@@ -74,7 +74,8 @@ def make_fleet(root: Path, n: int, *, hosts: list[NetnsHost] | None = None, mdns
         out = peerd("keygen", "--state-dir", str(d)).stdout
         node_id = next(w for w in out.split() if w.startswith("12D3KooW"))
         if admit is None or i < admit:
-            peerd("fleet", "admit", "--fleet", str(fleet), node_id)
+            # node i is [task] node_index i: bound to that cordial agent (harmless elsewhere)
+            peerd("fleet", "admit", "--fleet", str(fleet), node_id, "--agent", str(i))
         nodes.append(Node(f"node{i}", d, node_id, base_port + i, hosts[i] if hosts else None))
     for i, node in enumerate(nodes):
         peerd("init", "--fleet", str(fleet), "--state-dir", str(node.dir), "--socket",

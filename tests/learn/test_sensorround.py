@@ -177,7 +177,7 @@ def test_a_sensor_state_with_values_it_cannot_have_leaves_it_fresh(
     nan_m = dict(good.tensors, m=np.full_like(good.tensors["m"], np.nan))
     for tensors, counts, reason in [
         (unsorted, good.counts, "not a window"),
-        (nan_m, good.counts, "non-finite"),
+        (nan_m, good.counts, "NaN or Inf in m"),
         (good.tensors, {**good.counts, "buckets": 9}, "do not fit this learner"),
     ]:
         assert learnerfile.save(state, learnerfile.LearnerState(

@@ -168,6 +168,8 @@ def test_create_with_nodes_writes_each_node_key_and_admits_it(tmp_path: Path) ->
     fleet, ids = fleetdir.create_with_nodes(tmp_path / "fleet", dirs)
     assert ids == [node_id_of(read_private_key(d / NODE_KEY_FILE)) for d in dirs]
     assert sorted(m.node_id for m in fleet.manifest.members) == sorted(ids)
+    # node i is cordial agent i (the demo's [task] node_index): its views speak for it
+    assert [fleet.manifest.agent_of(i) for i in ids] == [0, 1, 2]
     assert fleetdir.open_fleet(tmp_path / "fleet") == fleet
     assert fleet.config_section() == {
         "admin_public_key": fleet.info.admin_public_key.hex(),
