@@ -241,12 +241,15 @@ def test_8_hostile_peer_is_refused_by_reason_and_the_daemon_keeps_its_cache(
     assert after["rejected"] == {"payload_mismatch": 1, "shape_mismatch": 1, "malformed": 1,
                                  "too_large": 1, "bad_signature": 1, "equivocation": 1}
     assert after["flagged"] == [h.id]
-    # The cache survived all of it: b's entry and the hostile member's last good one.
+    # The cache survived all of it: b's entry stays; the hostile member's last good one is
+    # withdrawn with the flag (issue 24, item 3: an equivocating origin is blended no more).
     assert entry(after, b.id)["verified"] is True
-    assert entry(after, h.id)["version"] == 4
+    assert h.id not in {c["origin"] for c in after["cache"]}
     # And the daemon kept learning and gossiping with b meanwhile.
     wait_for(lambda: status(a)["node"]["round"] > after["node"]["round"], 30,
              "a's next round", [a])
+    assert [(e["origin"], e["reason"]) for e in audit(a) if e["event"] == "withdrawn"] == [
+        (h.id, "equivocation")]
     assert refused_in_audit(a, h.id, benign=True) == {
         "payload_mismatch": 1, "shape_mismatch": 1, "malformed": 1, "too_large": 1,
         "bad_signature": 1, "equivocation": 1, "not_newer": 1}
