@@ -29,6 +29,7 @@ from peerd.core.blendrules import Krum, parse_rule
 
 # peerd.core.limits, not peerd.core.validate (torch): `peerd status` loads this module.
 from peerd.core.limits import ValidationLimits
+from peerd.core.modes import ModeName
 from peerd.core.updatenorm import NormAction, UpdateNormPolicy
 from peerd.daemon import config_limits as lim
 from peerd.daemon.config_checks import (
@@ -458,3 +459,13 @@ def load_config(path: Path) -> Config:
         return loads_config(data, source=path.resolve())
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def mode_of(cfg: Config) -> ModeName:
+    """The learning mode ``cfg`` runs: ``[learning] mode``, whose cordial agents run on time
+    buckets when ``[task] name = "sensors"`` (the sensor variant has no mode value of its own
+    in this config's format yet)."""
+    mode = ModeName(cfg.learning.mode)
+    if mode is ModeName.CORDIAL and cfg.task.name == "sensors":
+        return ModeName.SENSORS
+    return mode
