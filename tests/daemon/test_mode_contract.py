@@ -59,7 +59,8 @@ def test_a_mode_starts_rounds_publishes_gossips_and_restores(tmp_path: Path,
         clock.t += 10.0
     for d, peer in ((a, b), (b, a)):
         own = d.node.own
-        assert own is not None and own.entry.meta.origin == d.node.id
+        assert own is not None
+        assert own.entry.meta.origin == d.node.id
         assert d.metrics.round == d.node.round == 2
         assert d.metrics.version == own.entry.meta.version
         counters = d.state.load_counters()
