@@ -60,7 +60,7 @@ from peerd.daemon.config_checks import (
 from peerd.daemon.config_checks import (
     ConfigError as ConfigError,  # raised here, caught by callers of peerd.daemon.config
 )
-from peerd.daemon.config_modes import check_mode
+from peerd.daemon.config_modes import check_mode, what_runs
 from peerd.node.peers import DEFAULT_FANOUT, MAX_PEERS
 from peerd.protocol.limits import (
     FLEET_ID_LEN,
@@ -280,10 +280,12 @@ class Config:
     def status_config(self) -> ConfigStatus:
         """The ``config`` section of the status (the only place that builds it)."""
         lc = self.learning
+        mode, blend, local_policy = what_runs(lc, self.task)
         return ConfigStatus(tau_max=lc.tau_max, staleness=lc.staleness, capacity=lc.capacity,
                             rho=lc.rho, local_steps=lc.local_steps, alpha=lc.alpha,
                             epsilon=lc.epsilon, max_silence_s=lc.silence_limit_s,
-                            round_interval_s=lc.round_interval_s, task=self.task.name)
+                            round_interval_s=lc.round_interval_s, task=self.task.name,
+                            mode=mode.value, blend=blend, local_policy=local_policy)
 
     @classmethod
     def default(cls, admin_public_key: bytes, fleet_id: bytes, *,
