@@ -464,10 +464,5 @@ def load_config(path: Path) -> Config:
 
 
 def mode_of(cfg: Config) -> ModeName:
-    """The learning mode ``cfg`` runs: ``[learning] mode``, whose cordial agents run on time
-    buckets when ``[task] name = "sensors"`` (the sensor variant has no mode value of its own
-    in this config's format yet)."""
-    mode = ModeName(cfg.learning.mode)
-    if mode is ModeName.CORDIAL and cfg.task.name == "sensors":
-        return ModeName.SENSORS
-    return mode
+    """The learning mode ``cfg`` runs (:func:`peerd.daemon.config_modes.what_runs`)."""
+    return what_runs(cfg.learning, cfg.task)[0]
