@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import peerd.daemon.cordial as cordial
+import peerd.daemon.modes.cordial as cordial
 import tests.daemon.test_sensor_mode as sensor_mode
 from peerd.core.entry import EntryMeta
 from peerd.core.reasons import Reason

@@ -46,6 +46,7 @@ from peerd.control.status import (
     membership_advice,
     to_json,
 )
+from peerd.core.modes import ModeName
 from peerd.daemon.config import (
     DEFAULT_CONFIG_PATH,
     DEFAULT_SOCKET,
@@ -174,6 +175,8 @@ def status_view(status: Status) -> Group:
         f"round {_fmt(node.round)}  version {_fmt(node.version)}  "
         f"examples {_fmt(node.examples)}  train loss {_fmt(node.train_loss)}  "
         f"val accuracy {_fmt(node.val_accuracy)}",
+        f"mode {cfg.mode}  blend {cfg.blend}  local policy {cfg.local_policy}  "
+        f"task {cfg.task}",
         f"τ_max {_fmt(cfg.tau_max, 1)}  C {_fmt(cfg.capacity)}  ρ {_fmt(cfg.rho, 4)}  "
         f"K {_fmt(cfg.local_steps)}  α {_fmt(cfg.alpha)}",
     ]
@@ -182,7 +185,9 @@ def status_view(status: Status) -> Group:
         parts.append(Text(f"{node.membership}: {advice}", style="bold red"))
     cache = status.cache
     table = Table(title=f"cache ({_entries(len(cache))})")
-    typed = any(e.kind != "weights" for e in cache)  # knowledge mode: a kind column
+    # Every mode but weights caches typed entries (knowledge, views): a kind column, and
+    # their size is in samples. The status says the mode; nothing here infers it.
+    typed = cfg.mode != ModeName.WEIGHTS
     groups = any(e.group is not None for e in cache)  # a group column once one is named
     # The weight a robust rule actually gave (clipped, Krum), once it differs from α.
     weighted = any(e.weight is not None for e in cache)

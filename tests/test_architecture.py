@@ -7,6 +7,9 @@ is a dependency a reader has to follow. The rules:
 * no import cycle between modules of the project;
 * the pure layer (``peerd.core`` and ``peerd.protocol``) imports nothing else of the
   project (third-party libraries are the purity tests' business);
+* the stage order (docs/architecture.md, "Who imports whom"): a package imports only its own
+  modules and the packages of lower layers (:data:`LAYERS`); two packages of one layer never
+  import each other, except the two halves of the pure layer;
 * no module sits directly in ``peerd/`` but ``__init__.py`` and ``__main__.py``: code
   belongs to the package of its stage of the data path.
 """
@@ -31,6 +34,20 @@ ROOTS = {
     "peerd.cli": Path(peerd.cli.__file__).parent,
 }
 PURE = ("peerd.core", "peerd.protocol")
+#: The import layers, lowest first (docs/architecture.md, "Who imports whom"). An entry
+#: travels net -> node -> store -> learn -> control, but imports follow who calls whom: the
+#: node is bookkeeping the store persists and the gossip driver (net) updates, so net, learn
+#: and control all stand on node and store. The daemon wires every stage; the simulator and
+#: the meshes reuse them without one another; the commands and ``peerd`` itself sit on top.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    PURE,
+    ("peerd.node",),
+    ("peerd.store",),
+    ("peerd.net", "peerd.learn", "peerd.control"),
+    ("peerd.daemon", "peerd.sim", "peerd.mesh"),
+    ("peerd.cli",),
+    ("peerd",),  # peerd/__init__.py
+)
 ALLOWED_AT_TOP = {"__init__.py", "__main__.py"}
 
 
@@ -169,6 +186,31 @@ def pure_layer_violations(graph: Mapping[str, Iterable[Edge]]) -> list[Edge]:
             for e in es if not _in(e.target, PURE)]
 
 
+def package_of(module: str) -> str:
+    """The layered package a module belongs to (``peerd`` for the top-level modules)."""
+    named = {p for layer in LAYERS for p in layer}
+    head = ".".join(module.split(".")[:2])
+    return head if head in named else "peerd"
+
+
+def layer_of(package: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def stage_order_violations(graph: Mapping[str, Iterable[Edge]]) -> list[Edge]:
+    """Imports of a package's own layer or a higher one (the pure layer's halves excepted)."""
+    bad = []
+    for source, es in graph.items():
+        mine = package_of(source)
+        for e in es:
+            theirs = package_of(e.target)
+            if theirs == mine or (mine in PURE and theirs in PURE):
+                continue
+            if layer_of(theirs) >= layer_of(mine):
+                bad.append(e)
+    return bad
+
+
 def _explain(cycles: list[list[Edge]]) -> str:
     return "\n".join(
         " -> ".join([c[0].source, *(e.target for e in c)])
@@ -195,6 +237,19 @@ def test_there_is_no_import_cycle() -> None:
 def test_core_and_protocol_import_nothing_else_of_the_project() -> None:
     bad = pure_layer_violations(GRAPH)
     assert bad == [], "\n".join(map(str, bad))
+
+
+def test_every_package_imports_only_lower_layers_of_the_stage_order() -> None:
+    bad = stage_order_violations(GRAPH)
+    assert bad == [], "imports against the stage order:\n" + "\n".join(map(str, bad))
+
+
+def test_every_package_of_peerd_has_a_place_in_the_stage_order() -> None:
+    # A new stage must be placed in LAYERS (and in docs/architecture.md) before it counts:
+    # package_of would otherwise file its modules under top-level ``peerd``, allowed anything.
+    packages = {f"peerd.{p.parent.name}" for p in ROOTS["peerd"].glob("*/__init__.py")}
+    packages |= {"peerd.protocol", "peerd.cli"}
+    assert packages == {p for layer in LAYERS for p in layer} - {"peerd"}
 
 
 def test_no_module_sits_directly_in_peerd() -> None:
@@ -246,3 +301,32 @@ def test_a_pure_module_importing_the_rest_of_the_project_is_reported(tmp_path: P
     assert [str(e) for e in pure_layer_violations(graph)] == [
         "peerd.protocol.v:2 imports peerd.store.s"]
     assert find_cycles(graph) == []
+
+
+def test_imports_against_the_stage_order_are_reported_and_the_allowed_ones_are_not(
+    tmp_path: Path,
+) -> None:
+    # The three imports issue 25 found, a sibling import and, around them, allowed ones.
+    root = _tree(tmp_path, {
+        "peerd/__init__.py": "",
+        **{f"peerd/{p}/__init__.py": "" for p in (
+            "core", "protocol", "node", "store", "net", "learn", "control", "daemon", "cli")},
+        "peerd/core/c.py": "from peerd.protocol import w\n",
+        "peerd/protocol/w.py": "import peerd.core.c\n",
+        "peerd/node/state.py": "from peerd.store.spool import MappedFrame\nimport peerd.core.c\n",
+        "peerd/store/spool.py": "from peerd.net.framing import MemorySink\n",
+        "peerd/store/persist.py": "from peerd.node.state import Held\n",
+        "peerd/net/framing.py": "from peerd.node import state\nfrom peerd.store import persist\n",
+        "peerd/learn/policy.py": "def f():\n    from peerd.daemon.config import C\n",
+        "peerd/control/status.py": "from peerd.learn import policy\nimport peerd.store.spool\n",
+        "peerd/daemon/config.py": "from peerd.learn import policy\nfrom peerd.net import framing\n",
+        "peerd/cli/app.py": "import peerd.daemon.config\n",
+    })
+    graph = import_graph({"peerd": root / "peerd"})
+    assert sorted(map(str, stage_order_violations(graph))) == [
+        "peerd.control.status:1 imports peerd.learn",  # its __init__ runs too
+        "peerd.control.status:1 imports peerd.learn.policy",
+        "peerd.learn.policy:2 imports peerd.daemon.config",
+        "peerd.node.state:1 imports peerd.store.spool",
+        "peerd.store.spool:1 imports peerd.net.framing",
+    ]

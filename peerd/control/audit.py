@@ -79,6 +79,9 @@ class AuditWithdrawn:
     reason: str
 
 
+AuditMode = Literal["weights", "knowledge", "cordial", "sensors"]
+
+
 @dataclass(frozen=True, slots=True)
 class RoundRecord:
     """One round of one node, as the audit log keeps it."""
@@ -86,7 +89,9 @@ class RoundRecord:
     #: The round's number as the daemon's log and status show it (1 for the first round).
     round: int
     ts: float  # when the round ended, seconds since the epoch
-    mode: Literal["weights", "knowledge"]
+    #: The learning mode (peerd.core.modes.ModeName's values): cordial and sensor rounds
+    #: were recorded as "knowledge" before the modes had one round (issue 25).
+    mode: AuditMode
     blend: str  # the configured rule ("weighted", "clipped:1.0", …; "none" in knowledge mode)
     members: tuple[AuditMember, ...]
     refused: tuple[AuditRefusal, ...]

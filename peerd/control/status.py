@@ -101,6 +101,16 @@ class ConfigStatus:
     max_silence_s: float
     round_interval_s: float
     task: str
+    #: What runs (``Config.status_config`` settles it; the status never makes a reader
+    #: guess): the mode, by peerd.core.modes.ModeName's names ("weights", "knowledge",
+    #: "cordial", "sensors"); plain strings, so a client older than a new mode still reads it.
+    mode: str
+    #: The blend rule in force (``[learning] blend``: "weighted", "median", "krum:1", ...);
+    #: "none" in the modes that average no models.
+    blend: str
+    #: How the node trains after the blend: "plain", "fedbss", "distillation" (knowledge
+    #: mode) or "two-time-scale" (the cordial modes).
+    local_policy: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ class Reason(StrEnum):
     OWN_ORIGIN = "own_origin"  # a peer relayed our own entry back to us
     UNREFERENCED = "unreferenced"  # a keys entry no held knowledge entry names (kinds)
     #: a cordial view whose group names an agent the manifest does not bind its origin to
-    #: (peerd.daemon.cordial): the sender chose a label, the admin did not speak for it
+    #: (peerd.daemon.modes.cordial): the sender chose a label, the admin did not speak for it
     AGENT_NOT_BOUND = "agent_not_bound"
     #: a cordial view far larger than that agent's recent accepted views
     #: (peerd.core.viewbound): not fed to the learner

@@ -29,6 +29,7 @@ from peerd.core.blendrules import Krum, parse_rule
 
 # peerd.core.limits, not peerd.core.validate (torch): `peerd status` loads this module.
 from peerd.core.limits import ValidationLimits
+from peerd.core.modes import ModeName
 from peerd.core.updatenorm import NormAction, UpdateNormPolicy
 from peerd.daemon import config_limits as lim
 from peerd.daemon.config_checks import (
@@ -59,7 +60,7 @@ from peerd.daemon.config_checks import (
 from peerd.daemon.config_checks import (
     ConfigError as ConfigError,  # raised here, caught by callers of peerd.daemon.config
 )
-from peerd.daemon.config_modes import check_mode
+from peerd.daemon.config_modes import check_mode, what_runs
 from peerd.node.peers import DEFAULT_FANOUT, MAX_PEERS
 from peerd.protocol.limits import (
     FLEET_ID_LEN,
@@ -279,10 +280,12 @@ class Config:
     def status_config(self) -> ConfigStatus:
         """The ``config`` section of the status (the only place that builds it)."""
         lc = self.learning
+        mode, blend, local_policy = what_runs(lc, self.task)
         return ConfigStatus(tau_max=lc.tau_max, staleness=lc.staleness, capacity=lc.capacity,
                             rho=lc.rho, local_steps=lc.local_steps, alpha=lc.alpha,
                             epsilon=lc.epsilon, max_silence_s=lc.silence_limit_s,
-                            round_interval_s=lc.round_interval_s, task=self.task.name)
+                            round_interval_s=lc.round_interval_s, task=self.task.name,
+                            mode=mode.value, blend=blend, local_policy=local_policy)
 
     @classmethod
     def default(cls, admin_public_key: bytes, fleet_id: bytes, *,
@@ -458,3 +461,8 @@ def load_config(path: Path) -> Config:
         return loads_config(data, source=path.resolve())
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def mode_of(cfg: Config) -> ModeName:
+    """The learning mode ``cfg`` runs (:func:`peerd.daemon.config_modes.what_runs`)."""
+    return what_runs(cfg.learning, cfg.task)[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from peerd.core.modes import ModeName
 from peerd.core.timebuckets import VIEW_IDS, ring_slack
 from peerd.daemon.config_checks import ConfigError
 from peerd.protocol.limits import MAX_DIGEST_ITEMS
@@ -50,6 +51,29 @@ class TaskConfig(Protocol):
     def csv_kind(self) -> str: ...
     @property
     def node_count(self) -> int: ...
+
+
+#: The blend and local policy a mode runs whatever ``[learning]`` says (check_mode keeps
+#: those keys at their defaults there): None where the configured ones run.
+_FIXED: dict[ModeName, tuple[str, str] | None] = {
+    ModeName.WEIGHTS: None,
+    ModeName.KNOWLEDGE: ("none", "distillation"),  # core.round: blend none, Distillation
+    ModeName.CORDIAL: ("none", "two-time-scale"),  # core.cordial: agents, no model average
+    ModeName.SENSORS: ("none", "two-time-scale"),
+}
+
+
+def what_runs(learning: LearningConfig, task: TaskConfig) -> tuple[ModeName, str, str]:
+    """The mode, blend rule and local policy a checked config runs (what the status says).
+
+    The sensor variant is cordial mode with ``[task] name = "sensors"`` until the config
+    names it as a mode of its own (issue 25, item 2); the status names it already."""
+    mode = ModeName(learning.mode)
+    if mode is ModeName.CORDIAL and task.name == "sensors":
+        mode = ModeName.SENSORS
+    fixed = _FIXED[mode]
+    blend, policy = fixed if fixed is not None else (learning.blend, learning.local_policy)
+    return mode, blend, policy
 
 
 def check_mode(learning: LearningConfig, task: TaskConfig | None) -> None:

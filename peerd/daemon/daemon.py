@@ -38,12 +38,13 @@ from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import Status
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
-from peerd.daemon import cordial, cordial_sensors, sdnotify
-from peerd.daemon.config import Config
+from peerd.daemon import sdnotify
+from peerd.daemon.config import Config, mode_of
 from peerd.daemon.host import Metrics
-from peerd.daemon.knowledge import attach
 from peerd.daemon.launch import load_data
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
+from peerd.daemon.modes import build_mode
+from peerd.daemon.modes.base import Mode, run_round
 from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
 from peerd.daemon.participation import Participation
 from peerd.daemon.startup import (
@@ -53,7 +54,6 @@ from peerd.daemon.startup import (
     read_node_key,
     transport_config,
 )
-from peerd.daemon.weights import WeightsMode
 from peerd.learn.knowround import task_model
 from peerd.learn.tasks import Task, load_task
 from peerd.net.discovery import Discovery, DiscoveryError, PeerHint, open_discovery
@@ -129,19 +129,13 @@ class Daemon:
         self.gossip_counts = {"sweeps": 0, "dials": 0, "most_dials_in_a_sweep": 0,
                               "most_outbound_at_once": 0}
         self._outbound_sessions = 0
-        #: Weight mode's round and what it carries between rounds (also built in knowledge
-        #: mode: _restore marks the model as published there too).
-        self.weights = WeightsMode(self)
         #: One record per round in the state directory's round log (`peerd audit`).
         self.participation = Participation(cfg.node.state_dir, learning.blend, clock=clock)
-        #: Knowledge mode (FedCache): the node becomes a KnowledgeState, rounds distil.
-        self.knowledge = attach(self) if learning.mode == "knowledge" else None
-        #: Cordial mode: the node holds views under a view schema, rounds train one agent
-        #: (Pairwise-10's, or a sensor's on time buckets with [task] name = "sensors").
-        self.cordial: cordial.CordialMode | cordial_sensors.SensorMode | None = None
-        if learning.mode == "cordial":
-            self.cordial = (cordial_sensors.attach(self) if cfg.task.name == "sensors"
-                            else cordial.attach(self))
+        #: The learning mode (peerd.daemon.modes): what the node gossips and how it trains.
+        #: A typed mode's node state (knowledge, views) holds the same keys, manifest,
+        #: ledger and counters as the one built above, under the mode's schema.
+        self.mode: Mode = build_mode(mode_of(cfg), self)
+        self.node = self.mode.node
         self._restore()
 
     # ------------------------------------------------------------------ state
@@ -158,9 +152,7 @@ class Daemon:
         version = counters.version
         if own is not None:
             version = max(version, own.entry.meta.version)
-            self.model.load_state_dict({k: v.clone() for k, v in own.entry.params.items()})
-            self.metrics.published_params = own.entry.params
-            self.weights.model_is_published = True
+            self.mode.restore_own(own)
             own.release()
         if counters.lost:
             log.error("counters were corrupt; resuming after the highest version found")
@@ -201,13 +193,7 @@ class Daemon:
 
     # ------------------------------------------------------------------ rounds
     async def _round(self) -> None:
-        typed = self.knowledge or self.cordial
-        if typed is not None:
-            await typed.round()
-            published = True
-        else:
-            published = await self.weights.round()
-        if published:
+        if await run_round(self, self.mode):
             self._wake_gossip.set()
         if self._metrics is not None:
             self._metrics.update(self.status())
@@ -515,5 +501,4 @@ class Daemon:
                                     "duplicates_avoided": self._inflight.deduplicated,
                                     **self.gossip_counts},
                             libp2p=None if t is None else t.library_tables.counts(),
-                            views=None if self.cordial is None else self.cordial.status(
-                                self.now()))
+                            views=self.mode.status_block(self.now()))

@@ -21,11 +21,12 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, cast
 
 from peerd.control.audit import (
     AuditExpired,
     AuditMember,
+    AuditMode,
     AuditRefusal,
     AuditWithdrawn,
     RoundRecord,
@@ -35,6 +36,7 @@ from peerd.control.audit import (
     encode_record,
 )
 from peerd.core.entry import CacheItem
+from peerd.core.modes import ModeName
 from peerd.core.reasons import Reason
 from peerd.core.staleness import Clock, StalenessMode
 from peerd.learn.trainer import RoundOutput
@@ -131,11 +133,12 @@ class Participation:
         return self._append(round_no, "weights", self.blend, members, out.blend_refused,
                             published)
 
-    def knowledge_round(self, *, round_no: int, own_id: str,
-                        used: Sequence[tuple[str, int, float]], clock: Clock,
-                        published: int | None) -> RoundRecord:
-        """Record a knowledge-mode round: the origins whose knowledge the round used
-        (``(origin, version, created_at)``); distillation has no α or weights."""
+    def typed_round(self, *, mode: ModeName, round_no: int, own_id: str,
+                    used: Sequence[tuple[str, int, float]], clock: Clock,
+                    published: int | None) -> RoundRecord:
+        """Record a round of a mode that exchanges typed entries (knowledge, cordial views):
+        the origins whose entries the round used (``(origin, version, created_at)``);
+        distillation and views have no α or weights."""
         members = [AuditMember(origin=own_id, version=None, alpha=None, weight=None,
                                staleness=0.0, drift=None, update_norm=None,
                                verdict="accepted")]
@@ -145,9 +148,10 @@ class Participation:
                 origin=origin, version=version, alpha=None, weight=None,
                 staleness=_finite(max(0.0, clock.now - stamp)), drift=None, update_norm=None,
                 verdict="accepted"))
-        return self._append(round_no, "knowledge", "none", members, None, published)
+        return self._append(round_no, cast(AuditMode, str(mode)), "none", members, None,
+                            published)
 
-    def _append(self, round_no: int, mode: Literal["weights", "knowledge"], blend: str,
+    def _append(self, round_no: int, mode: AuditMode, blend: str,
                 members: list[AuditMember], blend_refused: str | None,
                 published: int | None) -> RoundRecord:
         refused = tuple(AuditRefusal(peer, reason, n)

@@ -17,7 +17,7 @@ every id of the index: the next view entry. The learner also says what of it a r
 (:meth:`CordialLearner.snapshot` / :meth:`~CordialLearner.load`: the network, Adam's state,
 the step count, the random stream, the epoch's remaining rows), so a restored agent continues
 exactly where it stopped. Must not touch the network, the node state or the wire format
-(peerd.daemon.cordial wires those); no clock, randomness from the seed given.
+(peerd.daemon.modes.cordial wires those); no clock, randomness from the seed given.
 """
 
 from __future__ import annotations

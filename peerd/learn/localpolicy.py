@@ -12,7 +12,7 @@ models or files itself (:mod:`peerd.learn.trainer` hands them in).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -20,8 +20,22 @@ from torch import nn
 from peerd.core.fedbss import FedBSS, WarmupState, fedbss_local_update
 from peerd.core.local_update import LocalResult, LossName
 
-if TYPE_CHECKING:
-    from peerd.daemon.config import LearningConfig
+
+class LocalPolicySettings(Protocol):
+    """The ``[learning]`` keys this module reads (``peerd.daemon.config.LearningConfig`` has
+    them). Declared here, not imported: learn sits below the daemon in the stage order
+    (docs/architecture.md), so it states what it needs and the daemon passes its config in."""
+
+    @property
+    def local_policy(self) -> str: ...
+    @property
+    def fedbss_warmup_rounds(self) -> int: ...
+    @property
+    def fedbss_epochs(self) -> int: ...
+    @property
+    def fedbss_regrow(self) -> float: ...
+    @property
+    def fedbss_steps(self) -> int: ...
 
 
 class LocalTraining:
@@ -33,7 +47,7 @@ class LocalTraining:
         self.last_was_curriculum = False
 
     @classmethod
-    def of(cls, learning: LearningConfig) -> LocalTraining | None:
+    def of(cls, learning: LocalPolicySettings) -> LocalTraining | None:
         """From the config: None for ``plain`` (the round's default, untouched)."""
         if learning.local_policy == "plain":
             return None

@@ -16,7 +16,7 @@ held-out set (squared error of the prediction M_i x_i + Σ_j Λ_j^i (h_j − Q_j
 window's estimate of M_j R̃_j^i; isolated: M_i x_i); then it returns h_i = M_i x_i for every
 bucket of the window, ids sorted: the next view entry. The learner says what a restart keeps
 (:meth:`SensorLearner.snapshot` / :meth:`~SensorLearner.load`). Must not touch the network,
-the node state or the wire format (peerd.daemon.cordial_sensors wires those); no clock: the
+the node state or the wire format (peerd.daemon.modes.sensors wires those); no clock: the
 round is given the current bucket.
 """
 

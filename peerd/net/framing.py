@@ -18,7 +18,6 @@ that never join a large frame. It must not interpret frame bodies (that is
 
 from __future__ import annotations
 
-import mmap
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -31,6 +30,7 @@ from peerd.protocol import frames
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.frames import frame_header, parse_frame_header
 from peerd.protocol.limits import FRAME_HEADER_LEN, MAX_FRAME_LEN_CEILING
+from peerd.store.sinks import MemorySink
 
 #: Waiting for a frame to *start* (header bytes); bounds an idle peer holding a stream.
 READ_TIMEOUT_S = 30.0
@@ -85,7 +85,8 @@ class ReceiveTooSlowError(TransportTimeoutError, ProtocolError):
 
 
 class FrameSink(Protocol):
-    """Where a frame body goes instead of memory (``peerd.store.spool.SpoolWriter``: a file)."""
+    """Where a frame body goes as it arrives: memory (:class:`peerd.store.sinks.MemorySink`,
+    the default) or a file (``peerd.store.spool.SpoolWriter``)."""
 
     def begin(self, length: int) -> None: ...
 
@@ -94,34 +95,6 @@ class FrameSink(Protocol):
     def finish(self) -> memoryview: ...
 
     def abort(self) -> None: ...
-
-
-class MemorySink:
-    """A frame body in its own anonymous ``mmap`` of exactly its length: pages are committed
-    only as bytes land in them, and all of it goes back to the OS with the last view."""
-
-    def __init__(self) -> None:
-        self._buf: mmap.mmap | None = None
-        self._filled = 0
-
-    def begin(self, length: int) -> None:
-        self._buf = mmap.mmap(-1, max(1, length))
-        self._length, self._filled = length, 0
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        assert self._buf is not None
-        end = self._filled + len(data)
-        if end > self._length:
-            raise ValueError("more bytes than the frame announced")
-        self._buf[self._filled : end] = data
-        self._filled = end
-
-    def finish(self) -> memoryview:
-        assert self._buf is not None
-        return memoryview(self._buf)[: self._length]
-
-    def abort(self) -> None:
-        self._buf = None
 
 
 class RateFloor:

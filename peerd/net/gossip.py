@@ -44,7 +44,6 @@ from peerd.net.framing import (
     AfterPart,
     FrameSink,
     FrameTooLargeError,
-    MemorySink,
     RateFloor,
     ReceiveTooSlowError,
 )
@@ -55,6 +54,7 @@ from peerd.protocol.errors import PeerRefusedError, ProtocolError
 from peerd.protocol.ledger import EquivocationError
 from peerd.protocol.manifest import accept_manifest
 from peerd.protocol.session import CheckPeer, Done, Phase, Send, Session
+from peerd.store.sinks import MemorySink
 from peerd.store.spool import MappedFrame, SpoolWriter, send_parts
 
 log = logging.getLogger(__name__)

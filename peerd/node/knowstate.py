@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.core.entry import CacheItem, Entry, EntryMeta
 from peerd.core.reasons import Reason
+from peerd.node.entryfile import EntryFile
 from peerd.node.state import Held, NodeState, Withdrawn, from_wire_arrays, meta_of
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import sha256_hex
@@ -55,7 +56,6 @@ from peerd.protocol.knowledge import (
 from peerd.protocol.ledger import LedgerView
 from peerd.protocol.manifest import Manifest
 from peerd.protocol.tensors import decode_tensors
-from peerd.store.spool import MappedFrame
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +100,7 @@ def held_typed(v: VerifiedTyped) -> TypedHeld:
 
 def verify_typed(
     message: msg.Entry, *, fleet_id: bytes, manifest: Manifest, ledger: LedgerView,
-    schema: KnowledgeSchema, max_skew: float, now: float, frame: MappedFrame | None = None,
+    schema: KnowledgeSchema, max_skew: float, now: float, frame: EntryFile | None = None,
 ) -> TypedHeld:
     """Admission of a knowledge or keys entry (peerd.protocol.knowledge.admit_typed);
     raises :class:`ProtocolError`. Pure on its snapshots: safe in a worker thread.
@@ -164,7 +164,7 @@ class KnowledgeState(NodeState):
     def entry_frame_limit(self) -> int:
         return self.knowledge.frame_limit()
 
-    def verifier(self, message: msg.Entry, frame: MappedFrame | None,
+    def verifier(self, message: msg.Entry, frame: EntryFile | None,
                  now: float) -> Callable[[], Held]:
         return partial(verify_typed, message, fleet_id=self.fleet_id, manifest=self.manifest,
                        ledger=self.ledger.view(), schema=self.knowledge,

@@ -4,11 +4,11 @@ This is the seam between the wire (``peerd.protocol``: frames, signatures, membe
 the algorithm (``peerd.core``: validation, merge, α, blend). It reads no clock (the daemon
 passes ``now`` in), opens no file or socket and writes nothing. Its one contact with the
 operating system: an entry may be backed by a state file that the caller mapped
-(:class:`peerd.store.spool.MappedFrame`); this module reads and hashes the mapped bytes and
-hands their pages back to the kernel (``madvise``, through ``MappedFrame.release`` and
-:class:`peerd.store.spool.PagedParams`) once they are read. The daemon runs the expensive
-parts (:func:`verify`, :func:`sign_own`) in worker threads while state changes stay on the
-event-loop thread.
+(an :class:`~peerd.node.entryfile.EntryFile`, in practice the store's ``MappedFrame``); this
+module reads and hashes the mapped bytes and hands their pages back to the kernel
+(``madvise``, through ``EntryFile.release`` and ``EntryFile.paged``) once they are read. The
+daemon runs the expensive parts (:func:`verify`, :func:`sign_own`) in worker threads while
+state changes stay on the event-loop thread.
 
 Receiving an entry is two steps so that 44 MB of hashing never blocks the event loop:
 :func:`verify` (thread: signature, membership, payload hash, schema, finite values, norm,
@@ -37,6 +37,7 @@ from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
 from peerd.core.reasons import BENIGN, Reason
 from peerd.core.staleness import Clock, StalenessMode, is_fresh
 from peerd.core.validate import ValidationLimits, validate_entry
+from peerd.node.entryfile import EntryFile
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import admit_entry, entry_frame_limit, sha256_hex
 from peerd.protocol.entry import EntryBody, SignedEntry, sign_entry
@@ -46,7 +47,6 @@ from peerd.protocol.identity import node_id_of
 from peerd.protocol.ledger import LedgerView, OriginLedger, version_limit
 from peerd.protocol.manifest import Manifest
 from peerd.protocol.tensors import TensorIndexItem, decode_tensors
-from peerd.store.spool import MappedFrame, PagedParams
 
 
 def wire_schema(schema: Schema) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -110,12 +110,13 @@ class Held:
     """A cache entry's payload: torch views for blending, the untouched message for relaying.
 
     ``frame`` is the mapped state file the payload lives in (see peerd.store.spool), and
-    ``entry.params`` are then :class:`PagedParams`; None for an entry held in memory.
+    ``entry.params`` are then its paged view (:meth:`EntryFile.paged`); None for an entry
+    held in memory.
     """
 
     entry: Entry
     message: msg.Entry
-    frame: MappedFrame | None = None
+    frame: EntryFile | None = None
 
     def release(self) -> None:
         """Hand the entry's resident pages back (a no-op for an entry held in memory)."""
@@ -125,14 +126,14 @@ class Held:
 
 def held_entry(
     body: EntryBody, message: msg.Entry, arrays: Mapping[str, npt.NDArray[Any]],
-    frame: MappedFrame | None,
+    frame: EntryFile | None,
 ) -> Entry:
     """The core's view of a decoded entry: torch views of its payload, paged when mapped."""
     params: Mapping[str, torch.Tensor] = from_wire_arrays(body.tensors, arrays)
     if frame is not None:
         base = len(frame.body) - len(message.payload)
         ranges = {i.name: (base + i.offset, base + i.offset + i.nbytes) for i in body.tensors}
-        params = PagedParams(params, frame, ranges)
+        params = frame.paged(params, ranges)
     return Entry(meta_of(body), params)
 
 
@@ -145,7 +146,7 @@ def verify(
     schema: Schema,
     limits: ValidationLimits,
     now: float,
-    frame: MappedFrame | None = None,
+    frame: EntryFile | None = None,
 ) -> Held:
     """Protocol admission plus core validation; raises :class:`ProtocolError` with a reason.
     The result is the entry as the cache will hold it (:meth:`NodeState.accept`).
@@ -195,7 +196,7 @@ def sign_params(
     )
 
 
-def held_signed(signed: SignedEntry, message: msg.Entry, frame: MappedFrame | None) -> Held:
+def held_signed(signed: SignedEntry, message: msg.Entry, frame: EntryFile | None) -> Held:
     """Our own signed entry as held, its tensors views of ``message``'s payload (joined in
     memory, or mapped from ``frame``)."""
     views = decode_tensors(signed.body.tensors, message.payload)
@@ -303,7 +304,7 @@ class NodeState:
         """The largest entry frame this node reads (checked before it is buffered)."""
         return entry_frame_limit(wire_schema(self.schema))
 
-    def verifier(self, message: msg.Entry, frame: MappedFrame | None,
+    def verifier(self, message: msg.Entry, frame: EntryFile | None,
                  now: float) -> Callable[[], Held]:
         """:func:`verify` with snapshots taken now, on the loop thread, for a worker thread
         to run: the live ledger and manifest may change meanwhile."""
@@ -378,7 +379,7 @@ class NodeState:
         self.entry_bytes[f"{direction}/{held.entry.meta.kind}"] += size
 
     # -------------------------------------------------------------- state changes
-    def set_own(self, entry: Entry, message: msg.Entry, frame: MappedFrame | None = None) -> None:
+    def set_own(self, entry: Entry, message: msg.Entry, frame: EntryFile | None = None) -> None:
         self.own = Held(entry, message, frame)
         self.ledger.record(self.id, entry.meta.version, entry.meta.digest, entry.meta.created_at)
 

@@ -46,7 +46,8 @@ from pathlib import Path
 
 import torch
 
-from peerd.net.framing import MemorySink
+from peerd.node.entryfile import EntryFile
+from peerd.store.sinks import MemorySink
 from peerd.store.statefile import HEADER_LEN, TMP_PREFIX, fsync_dir, pack_header, parse_header
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,11 @@ class MappedFrame:
             h.update(data[lo : lo + PIECE_LEN])
             self.release(base + lo, base + lo + PIECE_LEN)
         return h.hexdigest()
+
+    def paged(self, tensors: Mapping[str, torch.Tensor],
+              ranges: Mapping[str, tuple[int, int]]) -> Mapping[str, torch.Tensor]:
+        """``tensors`` (views into :attr:`body`) as :class:`PagedParams` over this file."""
+        return PagedParams(tensors, self, ranges)
 
     def unlink(self) -> None:
         """Remove an uncommitted file now; the mapping stays readable until it is dropped
@@ -363,7 +369,7 @@ def spill(params: Mapping[str, torch.Tensor], directory: Path) -> Mapping[str, t
 
 
 def send_parts(
-    head: bytes, frame: MappedFrame, payload: memoryview | bytes | bytearray
+    head: bytes, frame: EntryFile, payload: memoryview | bytes | bytearray
 ) -> tuple[list[bytes | memoryview], Callable[[int], None]]:
     """``[head, *pieces of payload]`` for a vectored send, and the callback the framing layer
     calls after writing part ``i``: it releases that piece, so a send keeps at most one

@@ -1,4 +1,5 @@
-"""`peerd status` in knowledge mode: a kind column and samples; weight mode unchanged."""
+"""`peerd status` in knowledge mode: a kind column and samples; weight mode unchanged. The
+mode, blend and local policy come from the status' config, never from the cache's rows."""
 
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ def rendered(status: Status) -> str:
 def knowledge_status() -> Status:
     s = sample_status()
     row = dataclasses.replace(s.cache[0], kind="knowledge", examples=203)
-    return dataclasses.replace(s, cache=(row,), entry_bytes={"received/keys": 26_000,
-                                                             "received/knowledge": 5_300})
+    config = dataclasses.replace(s.config, mode="knowledge", blend="none",
+                                 local_policy="distillation")
+    return dataclasses.replace(s, config=config, cache=(row,),
+                               entry_bytes={"received/keys": 26_000,
+                                            "received/knowledge": 5_300})
 
 
 def test_knowledge_rows_show_their_kind_and_samples() -> None:
@@ -38,6 +42,20 @@ def test_weight_rows_render_as_before() -> None:
     assert "examples" in text
     assert "samples" not in text
     assert " kind " not in text
+
+
+def test_the_mode_blend_and_local_policy_are_shown_as_the_status_says() -> None:
+    assert "mode weights  blend weighted  local policy plain  task digits" in rendered(
+        sample_status())
+    assert "mode knowledge  blend none  local policy distillation" in rendered(
+        knowledge_status())
+
+
+def test_an_empty_knowledge_cache_still_gets_its_columns_from_the_mode() -> None:
+    # Nothing cached yet: no row could tell the mode, the status' config does.
+    text = rendered(dataclasses.replace(knowledge_status(), cache=()))
+    assert "samples" in text
+    assert " kind " in text
 
 
 def test_kind_and_entry_bytes_survive_the_json_codec() -> None:

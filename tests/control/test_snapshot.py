@@ -21,7 +21,8 @@ from tests.node.fleet import FLEET, NOW, SCHEMA, key, manifest, model, node
 A, B = key(1), key(2)
 CONFIG = ConfigStatus(tau_max=600.0, staleness="time", capacity=5, rho=0.01, local_steps=10,
                       alpha="uniform", epsilon=0.0, max_silence_s=300.0,
-                      round_interval_s=10.0, task="digits")
+                      round_interval_s=10.0, task="digits", mode="weights",
+                      blend="weighted", local_policy="plain")
 
 
 @dataclass

@@ -51,7 +51,7 @@ def test_fleet_only_config_gets_defaults(tmp_path: Path) -> None:
     assert cfg.status_config() == ConfigStatus(
         tau_max=600.0, staleness="time", capacity=10, rho=0.01, local_steps=10,
         alpha="uniform", epsilon=0.0, max_silence_s=300.0, round_interval_s=10.0,
-        task="digits")
+        task="digits", mode="weights", blend="weighted", local_policy="plain")
 
 
 def test_values_are_parsed_and_frozen(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Whose view a cordial node holds (peerd.daemon.cordial.view_refusal on a KnowledgeState): a
+"""Whose view a cordial node holds (peerd.daemon.modes.cordial.view_refusal on a KnowledgeState): a
 view is held only when the manifest binds its origin to the agent its group names; the others
 are refused as ``agent_not_bound`` before the cache; a newer manifest that moves a binding
 drops the views it no longer backs."""
@@ -10,8 +10,8 @@ import pytest
 
 from peerd.core.reasons import Reason
 from peerd.core.validate import ValidationLimits
-from peerd.daemon.cordial import bind_views, view_refusal
-from peerd.daemon.cordial_sensors import sensor_view_schema
+from peerd.daemon.modes.cordial import bind_views, view_refusal
+from peerd.daemon.modes.sensors import sensor_view_schema
 from peerd.node.knowstate import KnowledgeState, sign_own_view
 from peerd.protocol.identity import node_id_of, public_key_bytes
 from peerd.protocol.manifest import Manifest

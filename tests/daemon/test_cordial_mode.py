@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from peerd.daemon.cordial import agent_group, agent_of, view_schema
+from peerd.daemon.modes.cordial import agent_group, agent_of, view_schema
 from peerd.learn.cordialround import WIDTH, index_size
 
 

@@ -22,8 +22,8 @@ import trio
 from peerd.cli.app import app
 from peerd.core.reasons import Reason
 from peerd.core.timebuckets import VIEW_IDS, bucket_of
-from peerd.daemon.cordial import agent_of
 from peerd.daemon.daemon import Daemon
+from peerd.daemon.modes.cordial import agent_of
 from peerd.learn.linearproblem import M_OUT
 from peerd.net.gossip import SessionContext
 from peerd.node.knowstate import KnowledgeState, sign_own_view
@@ -88,7 +88,7 @@ def _run(tmp_path: Path, *, value: float | None, old_ids: bool = False,
             verdicts.append(_inject(node, key_state, group="agent-1", version=ATTACK_VERSION + r,
                                     now=clock.t, ids=ids, value=value))
         for d in daemons:
-            trio.run(_mode(d).round)
+            trio.run(d._round)
         losses.append(daemons[0].metrics.val_loss)
         for a in range(3):
             for b in range(a + 1, 3):

@@ -48,7 +48,7 @@ def _deliver(d: Daemon, message: msg.Entry) -> str | None:
 
 
 def _last_record(d: Daemon) -> dict[str, Any]:
-    trio.run(d.weights.round)
+    trio.run(d._round)
     record: dict[str, Any] = d.participation.answer(None)["records"][-1]
     return record
 

@@ -15,6 +15,7 @@ import trio
 
 from peerd.daemon.config import Config
 from peerd.daemon.daemon import Daemon
+from peerd.daemon.modes.base import run_round
 from peerd.learn.knowround import task_model
 from peerd.store.learnerfile import LEARNER_BLOB
 from tests.daemon.test_daemon_membership import _daemon
@@ -33,9 +34,8 @@ def _params(d: Daemon) -> dict[str, torch.Tensor]:
 
 
 def _run_round(d: Daemon) -> None:
-    typed = d.knowledge or d.cordial
-    assert typed is not None
-    trio.run(typed.round)
+    assert d.mode.learner is not None  # a mode with a learner file (knowledge, cordial)
+    trio.run(run_round, d, d.mode)
 
 
 def _audit_events(d: Daemon) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from peerd.control.audit import RoundRecord, audit_from_json, record_from_json
 from peerd.core.entry import CacheItem, EntryMeta
+from peerd.core.modes import ModeName
 from peerd.core.staleness import Clock
 from peerd.core.updatenorm import Verdict
 from peerd.daemon.participation import MAX_REFUSAL_ROWS, Participation
@@ -90,7 +91,7 @@ def test_refusals_from_many_peers_stay_bounded(tmp_path: Path) -> None:
 
 def test_knowledge_rounds_list_the_origins_used(tmp_path: Path) -> None:
     p = Participation(tmp_path, "weighted")
-    rec = p.knowledge_round(round_no=3, own_id=OWN, used=[(GOOD, 5, 995.0)],
+    rec = p.typed_round(mode=ModeName.KNOWLEDGE, round_no=3, own_id=OWN, used=[(GOOD, 5, 995.0)],
                             clock=Clock.time(1000.0), published=8)
     assert rec.mode == "knowledge"
     assert rec.blend == "none"

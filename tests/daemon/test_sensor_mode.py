@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from peerd.cli.app import app
 from peerd.core.timebuckets import bucket_of
 from peerd.daemon.config import Config
-from peerd.daemon.cordial_sensors import SensorMode
 from peerd.daemon.daemon import Daemon
+from peerd.daemon.modes.sensors import SensorMode
 from peerd.net.gossip import SessionContext
 from peerd.node.knowstate import TypedHeld
 from tests.daemon.helpers import fleet_config
@@ -59,13 +59,13 @@ def _configs(tmp_path: Path, n: int, *, coordination: bool = True) -> list[Confi
 
 
 def _mode(d: Daemon) -> SensorMode:
-    assert isinstance(d.cordial, SensorMode)
-    return d.cordial
+    assert isinstance(d.mode, SensorMode)
+    return d.mode
 
 
 def _round_and_gossip(daemons: list[Daemon], clock: Clock) -> None:
     for d in daemons:
-        trio.run(_mode(d).round)
+        trio.run(d._round)
     ctx = SessionContext(admin_key=daemons[0].cfg.fleet.admin_public_key, now=clock)
     for a in range(len(daemons)):
         for b in range(a + 1, len(daemons)):
@@ -108,7 +108,7 @@ def test_sensor_daemons_exchange_views_of_the_same_buckets(
     assert math.isfinite(views.test_loss)
     assert views.epoch == _mode(daemons[0]).learner.iterations > 0
     assert math.isfinite(daemons[0].metrics.val_loss)
-    trio.run(_mode(daemons[0]).round)  # a new bucket that the peers' views do not hold yet
+    trio.run(daemons[0]._round)  # a new bucket that the peers' views do not hold yet
     views = daemons[0].status().views
     assert views is not None
     assert views.ids == WINDOW

@@ -12,13 +12,13 @@ import trio
 from peerd.core.reasons import Reason
 from peerd.net.framing import AfterPart, FrameSink
 from peerd.net.gossip import SessionContext, SessionResult, run_session
+from peerd.node.entryfile import EntryFile
 from peerd.node.state import Held, NodeState, sign_own
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import private_key_from_seed, public_key_bytes
 from peerd.protocol.manifest import Manifest
 from peerd.store import persist
-from peerd.store.spool import MappedFrame
 from peerd.store.statedir import CACHE_INDEX_BLOB, ENTRY_BLOB_PREFIX, StateDir
 from tests.node.fleet import FLEET, NOW, key, manifest, model, node
 
@@ -110,7 +110,7 @@ def test_two_members_swap_their_entries_both_ways() -> None:
     assert a.accepted == b.accepted == 1  # the status' and the metrics' counter
 
 
-def _committed(frame: MappedFrame) -> bool:
+def _committed(frame: EntryFile) -> bool:
     """Read through a call: mypy keeps an attribute narrowed across the persist in between."""
     return frame.committed
 

@@ -21,7 +21,6 @@ from peerd.net.framing import (
     MIN_RECEIVE_RATE_BPS,
     RECEIVE_GRACE_S,
     FramedStream,
-    MemorySink,
     RateFloor,
     ReceiveTooSlowError,
     TrioFramedStream,
@@ -38,6 +37,7 @@ from peerd.net.transport import (
 )
 from peerd.protocol import frames
 from peerd.protocol.identity import node_id_of
+from peerd.store.sinks import MemorySink
 
 
 class FakeRaw:

@@ -1,7 +1,8 @@
 """``[learning] mode = "knowledge"``: the daemon's knowledge round and what it settles once.
 
-Wiring only, like :mod:`peerd.daemon.daemon` (which calls :func:`attach` at start-up and
-:meth:`KnowledgeMode.round` every round): the gossip state is
+Wiring only: the round around the step is :func:`peerd.daemon.modes.base.run_round`'s (the
+registry, :mod:`peerd.daemon.modes`, builds a :class:`KnowledgeMode` at start-up); the gossip
+state is
 :class:`peerd.node.knowstate.KnowledgeState`, the training
 :func:`peerd.learn.knowround.run_knowledge_round` (the core round with the ``none`` blend and
 distillation), the wire format :mod:`peerd.protocol.knowledge`.
@@ -24,10 +25,11 @@ import numpy as np
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from peerd.control.status import ViewsStatus
 from peerd.core.distill import Distillation
-from peerd.daemon import sdnotify
-from peerd.daemon.host import ModeHost, expire_stale
-from peerd.daemon.memory import release_freed_memory
+from peerd.core.modes import ModeName
+from peerd.daemon.host import ModeHost
+from peerd.daemon.modes.base import Step, val_accuracy_text
 from peerd.learn import learnerstate
 from peerd.learn.knowcache import KnowledgeBatch, KnowledgeCache
 from peerd.learn.knowround import (
@@ -38,8 +40,8 @@ from peerd.learn.knowround import (
     run_knowledge_round,
 )
 from peerd.node.knowstate import KnowledgeState, sign_own_keys, sign_own_knowledge
+from peerd.node.state import Held
 from peerd.protocol.limits import MAX_KNOWLEDGE_SAMPLES
-from peerd.store.statedir import Counters
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ class Daemon(ModeHost, Protocol):
 
 class KnowledgeMode:
     """The knowledge half of one daemon: its node state, sample keys and knowledge cache."""
+
+    name = ModeName.KNOWLEDGE
 
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
@@ -78,11 +82,15 @@ class KnowledgeMode:
         self.learner = learnerstate.KnowledgeLearner(daemon.model, task=cfg.task.name,
                                                      model_name=cfg.task.model)
         learnerstate.restore(daemon.state, self.learner)
+        self._out: KnowledgeRoundOutput | None = None
+        self._inp: KnowledgeRoundInput | None = None
+        self._peers: list[KnowledgeBatch] = []
 
-    async def round(self) -> None:
+    def restore_own(self, own: Held) -> None:
+        return None  # its own entries are not kept across restarts: the learner file is
+
+    async def step(self, now: float) -> Step:
         d, node, learning = self.daemon, self.node, self.daemon.cfg.learning
-        now = d.now()
-        expire_stale(d, node, now)
         peers = [KnowledgeBatch(r.origin, r.version, r.created_at, r.keys, r.labels, r.logits)
                  for r in node.batches()]
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
@@ -91,32 +99,20 @@ class KnowledgeMode:
                                   batch_size=learning.batch_size, lr=learning.lr, seed=seed)
         out: KnowledgeRoundOutput = await trio.to_thread.run_sync(
             run_knowledge_round, d.model, self.data, self.keys, self.cache, inp, self.rows)
-        m = d.metrics
-        m.examples, m.train_loss, m.val_loss = out.examples, out.train_loss, out.val_loss
-        m.val_accuracy, m.alpha, m.drift = out.val_accuracy, {}, {}
-        node.round += 1
-        await self._publish(out)
-        await trio.to_thread.run_sync(learnerstate.save, d.state, self.learner, node.round)
-        m.round = node.round
-        d.participation.knowledge_round(
-            round_no=node.round, own_id=node.id, clock=inp.clock, published=m.version,
-            used=[(b.origin, b.version, b.created_at) for b in peers])
-        acc = "-" if m.val_accuracy is None else f"{m.val_accuracy:.3f}"
-        log.info("round %d: version %d, loss %.4f, val acc %s, knowledge from %d peers "
-                 "(%d of %d samples taught)", node.round, m.version, m.train_loss, acc,
-                 out.peers, out.taught, out.examples)
-        release_freed_memory()
-        sdnotify.status(f"round {node.round}, version {m.version}, {len(node.cache)} cached")
+        self._out, self._inp, self._peers = out, inp, peers
+        return Step(examples=out.examples, train_loss=out.train_loss, val_loss=out.val_loss,
+                    val_accuracy=out.val_accuracy, publish=True)
 
-    async def _publish(self, out: KnowledgeRoundOutput) -> None:
-        """Keys when new (content-addressed), then this round's knowledge; versions from
-        the node's one sequence, the counter persisted before either can leave."""
-        d, node, m = self.daemon, self.node, self.daemon.metrics
-        version = max(m.version, node.own_max_version_seen) + 1
-        keys_new = node.own_keys is None
-        d.state.save_counters(Counters(round=node.round, version=version + keys_new))
+    def versions(self) -> int:
+        return 2 if self.node.own_keys is None else 1  # keys first, once
+
+    async def publish(self, version: int, now: float) -> None:
+        """Keys when new (content-addressed), then this round's knowledge, under the
+        consecutive versions the round reserved."""
+        d, node, out = self.daemon, self.node, self._out
+        assert out is not None
         key, fleet = d.key, d.cfg.fleet.fleet_id
-        if keys_new:
+        if node.own_keys is None:
             held_keys = await trio.to_thread.run_sync(lambda: sign_own_keys(
                 key, fleet, self.schema, version=version, created_at=d.now(),
                 keys=self.keys[:self.rows], labels=self.labels[:self.rows]))
@@ -124,18 +120,30 @@ class KnowledgeMode:
             version += 1
         assert node.own_keys is not None
         keys_digest = node.own_keys.entry.meta.digest
+        knowledge_version = version
         held = await trio.to_thread.run_sync(lambda: sign_own_knowledge(
-            key, fleet, self.schema, version=version, created_at=d.now(),
+            key, fleet, self.schema, version=knowledge_version, created_at=d.now(),
             ids=np.arange(self.rows, dtype=np.int32), logits=out.logits,
             keys_digest=keys_digest, group=node.group))
         node.set_own(held.entry, held.message)
         node.own = held  # the typed holding (set_own recorded the version in the ledger)
-        m.version = version  # the daemon wakes the gossip loop: a new entry to offer
 
+    def audit(self, round_no: int, published: int | None) -> None:
+        assert self._inp is not None
+        self.daemon.participation.typed_round(
+            mode=self.name, round_no=round_no, own_id=self.node.id, clock=self._inp.clock,
+            published=published,
+            used=[(b.origin, b.version, b.created_at) for b in self._peers])
 
-def attach(daemon: Daemon) -> KnowledgeMode:
-    """Switch a daemon built for weights to knowledge mode: its node becomes a
-    :class:`KnowledgeState` holding the same keys, manifest, ledger and counters."""
-    mode = KnowledgeMode(daemon)
-    daemon.node = mode.node
-    return mode
+    def summary(self) -> str:
+        m, out = self.daemon.metrics, self._out
+        assert out is not None
+        return (f"loss {m.train_loss:.4f}, val acc {val_accuracy_text(m.val_accuracy)}, "
+                f"knowledge from {out.peers} peers ({out.taught} of {out.examples} samples "
+                "taught)")
+
+    def notify_detail(self) -> str:
+        return f"{len(self.node.cache)} cached"
+
+    def status_block(self, now: float) -> ViewsStatus | None:
+        return None

@@ -1,7 +1,7 @@
 """``[learning] mode = "cordial"``: one Pairwise-10 agent per daemon, views between them.
 
-Wiring only, like :mod:`peerd.daemon.knowledge` (the daemon calls :func:`attach` at start-up
-and :meth:`CordialMode.round` every round). The gossip state is
+Wiring only, like :mod:`peerd.daemon.modes.knowledge` (the round around the step is
+:func:`peerd.daemon.modes.base.run_round`'s). The gossip state is
 :class:`peerd.node.knowstate.KnowledgeState` under a **view schema** (peerd.protocol.knowledge:
 views are knowledge entries of another layout, with the same ledger, τ_max and capacities),
 the training :class:`peerd.learn.cordialround.CordialLearner`.
@@ -32,11 +32,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.control.status import ViewRow, ViewsStatus
 from peerd.core.entry import EntryMeta
+from peerd.core.modes import ModeName
 from peerd.core.reasons import Reason
+from peerd.core.staleness import Clock
 from peerd.core.viewbound import ViewBound, view_scale
-from peerd.daemon import sdnotify
-from peerd.daemon.host import ModeHost, expire_stale
-from peerd.daemon.memory import release_freed_memory
+from peerd.daemon.host import ModeHost
+from peerd.daemon.modes.base import Step
 from peerd.learn import learnerstate, viewguard
 from peerd.learn.cordialround import (
     WIDTH,
@@ -47,9 +48,9 @@ from peerd.learn.cordialround import (
     index_size,
 )
 from peerd.node.knowstate import KnowledgeState, TypedHeld, ViewRows, sign_own_view
+from peerd.node.state import Held
 from peerd.protocol.knowledge import KnowledgeSchema
 from peerd.protocol.manifest import Manifest
-from peerd.store.statedir import Counters
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,8 @@ def view_schema(agents: int, per_digit: int, seed: int) -> KnowledgeSchema:
 class CordialMode:
     """The cordial half of one daemon: its view state, its agent and what status shows."""
 
+    name = ModeName.CORDIAL
+
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         cfg = daemon.cfg
@@ -181,6 +184,8 @@ class CordialMode:
         learnerstate.restore(daemon.state, self.learner)
         self.last: CordialRoundOutput | None = None
         self._used: dict[int, tuple[str, int, int]] = {}  # agent -> (origin, version, ids)
+        self._held: dict[str, tuple[int, float]] = {}  # origin -> (version, created_at)
+        self._clock: Clock | None = None
 
     def peer_views(self) -> list[PeerView]:
         """The freshest usable view of every peer agent (:class:`ViewGate`)."""
@@ -205,13 +210,13 @@ class CordialMode:
             test_accuracy=None if last is None else last.test_accuracy,
             test_loss=None if last is None else last.test_loss, peers=tuple(rows))
 
-    async def round(self) -> None:
-        d, node = self.daemon, self.node
-        now = d.now()
-        expire_stale(d, node, now)
+    def restore_own(self, own: Held) -> None:
+        return None  # its views are not kept across restarts: the learner file is
+
+    async def step(self, now: float) -> Step:
+        node = self.node
         views = self.peer_views()
         used = {v.origin: (v.version, v.created_at) for v in node.views()}
-        clock = node.clock(now)
         learner = self.learner
         out, refused = await trio.to_thread.run_sync(
             lambda: viewguard.guarded_round(learner, learner.round, views))
@@ -222,51 +227,51 @@ class CordialMode:
             agent = agent_of(v.group)
             if agent is not None and agent in out.coverage and agent not in self._used:
                 self._used[agent] = (v.origin, v.version, out.coverage[agent])
-        m = d.metrics
-        m.examples, m.train_loss, m.val_loss = len(self.data.y["train"]), out.train_loss, \
-            out.val_loss
-        m.val_accuracy, m.alpha, m.drift = out.val_accuracy, {}, {}
-        node.round += 1
-        await self._publish(out)
-        await trio.to_thread.run_sync(learnerstate.save, d.state, self.learner, node.round)
-        m.round = node.round
-        d.participation.knowledge_round(
-            round_no=node.round, own_id=node.id, clock=clock, published=m.version,
+        self._held, self._clock = used, node.clock(now)
+        return Step(examples=len(self.data.y["train"]), train_loss=out.train_loss,
+                    val_loss=out.val_loss, val_accuracy=out.val_accuracy, publish=True)
+
+    def versions(self) -> int:
+        return 1
+
+    async def publish(self, version: int, now: float) -> None:
+        """This round's h_i for every id, under ``version``."""
+        assert self.last is not None
+        await publish_view(self.daemon, self.node, self.schema,
+                           np.arange(self.data.size, dtype=np.int32), self.last.views, version)
+
+    def audit(self, round_no: int, published: int | None) -> None:
+        assert self._clock is not None
+        used = self._held
+        self.daemon.participation.typed_round(
+            mode=self.name, round_no=round_no, own_id=self.node.id, clock=self._clock,
+            published=published,
             used=[(o, ver, at) for o, (ver, at) in used.items()
                   if any(u[0] == o for u in self._used.values())])
-        log.info("round %d: version %d, epoch %.1f, loss %.4f, val acc %.3f, test acc %.3f, "
-                 "views of %d/%d peer agents", node.round, m.version, out.epoch,
-                 out.train_loss, out.val_accuracy, out.test_accuracy, len(out.coverage),
-                 self.agents - 1)
-        release_freed_memory()
-        sdnotify.status(f"round {node.round}, version {m.version}, {len(out.coverage)} views")
 
-    async def _publish(self, out: CordialRoundOutput) -> None:
-        """This round's h_i for every id, under the node's next version (persisted first)."""
-        await publish_view(self.daemon, self.node, self.schema,
-                           np.arange(self.data.size, dtype=np.int32), out.views)
+    def summary(self) -> str:
+        out = self.last
+        assert out is not None
+        return (f"epoch {out.epoch:.1f}, loss {out.train_loss:.4f}, val acc "
+                f"{out.val_accuracy:.3f}, test acc {out.test_accuracy:.3f}, views of "
+                f"{len(out.coverage)}/{self.agents - 1} peer agents")
+
+    def notify_detail(self) -> str:
+        assert self.last is not None
+        return f"{len(self.last.coverage)} views"
+
+    def status_block(self, now: float) -> ViewsStatus | None:
+        return self.status(now)
 
 
 async def publish_view(d: Daemon, node: KnowledgeState, schema: KnowledgeSchema,
-                       ids: npt.NDArray[np.int32], vectors: npt.NDArray[np.float32]) -> None:
-    """Sign ``vectors`` for ``ids`` as the node's view under its next version (the counters
-    persisted first) and make it the own entry."""
-    m = d.metrics
-    version = max(m.version, node.own_max_version_seen) + 1
-    d.state.save_counters(Counters(round=node.round, version=version))
+                       ids: npt.NDArray[np.int32], vectors: npt.NDArray[np.float32],
+                       version: int) -> None:
+    """Sign ``vectors`` for ``ids`` as the node's view under ``version`` (the round has
+    persisted the counters) and make it the own entry."""
     key, fleet = d.key, d.cfg.fleet.fleet_id
     held = await trio.to_thread.run_sync(lambda: sign_own_view(
         key, fleet, schema, version=version, created_at=d.now(), ids=ids, vectors=vectors,
         group=node.group))
     node.set_own(held.entry, held.message)
     node.own = held  # the typed holding (set_own recorded the version in the ledger)
-    m.version = version  # the daemon wakes the gossip loop: a new entry to offer
-
-
-def attach(daemon: Daemon) -> CordialMode:
-    """Switch a daemon built for weights to cordial mode: its node becomes a
-    :class:`KnowledgeState` under the view schema, holding the same keys, manifest, ledger
-    and counters."""
-    mode = CordialMode(daemon)
-    daemon.node = mode.node
-    return mode

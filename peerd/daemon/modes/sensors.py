@@ -1,13 +1,13 @@
-"""``[learning] mode = "cordial"`` with ``[task] name = "sensors"``: agents on time buckets.
+"""``[learning] mode = "sensors"``: cordial agents on time buckets.
 
-Wiring only, like :mod:`peerd.daemon.cordial` (whose agent groups, view publication and
+Wiring only, like :mod:`peerd.daemon.modes.cordial` (whose agent groups, view publication and
 Daemon protocol it shares): the gossip state is a
 :class:`peerd.node.knowstate.KnowledgeState` under this fleet's view schema, the training
 :class:`peerd.learn.sensorround.SensorLearner`. The agent is ``[task] node_index`` of
 ``node_count``; ``[task] seed`` seeds the fleet-wide problem and every bucket's draw. Each
 round: drop stale views; take the current bucket ⌊now / cordial_bucket_s⌋ and the ones missed
 since the last round into the window; train on the freshest view of every peer agent that the
-manifest binds and the view bound and round guard admit (peerd.daemon.cordial); publish
+manifest binds and the view bound and round guard admit (peerd.daemon.modes.cordial); publish
 h_i for every bucket of the window (ids k mod 65,536, sorted) under the node's next version;
 save the learner (peerd.learn.learnerstate), which the next start restores.
 """
@@ -20,9 +20,11 @@ import math
 import trio
 
 from peerd.control.status import ViewRow, ViewsStatus
+from peerd.core.modes import ModeName
+from peerd.core.staleness import Clock
 from peerd.core.timebuckets import VIEW_IDS, bucket_of
-from peerd.daemon import sdnotify
-from peerd.daemon.cordial import (
+from peerd.daemon.modes.base import Step
+from peerd.daemon.modes.cordial import (
     Daemon,
     ViewGate,
     agent_group,
@@ -30,13 +32,13 @@ from peerd.daemon.cordial import (
     bind_views,
     publish_view,
 )
-from peerd.daemon.host import expire_stale
 from peerd.learn import learnerstate, viewguard
 from peerd.learn.cordialround import PeerView
 from peerd.learn.linearproblem import M_OUT
 from peerd.learn.sensorround import SensorLearner, SensorRoundOutput
 from peerd.learn.sensors import SensorFleet
 from peerd.node.knowstate import KnowledgeState
+from peerd.node.state import Held
 from peerd.protocol.knowledge import KnowledgeSchema
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,8 @@ def _nan_none(v: float) -> float | None:
 class SensorMode:
     """The sensor half of one daemon: its view state, its agent and what status shows."""
 
+    name = ModeName.SENSORS
+
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         learning, task = daemon.cfg.learning, daemon.cfg.task
@@ -78,9 +82,13 @@ class SensorMode:
         learnerstate.restore(daemon.state, self.learner)
         self.last: SensorRoundOutput | None = None
         self._used: dict[int, str] = {}  # agent -> the origin whose view the last round used
+        #: origin -> (version, created_at, agent) of the views held when the round began
+        self._held: dict[str, tuple[int, float, int | None]] = {}
+        self._clock: Clock | None = None
+        self._bucket = 0
 
     def peer_views(self) -> list[PeerView]:
-        """The freshest usable view of every peer agent (peerd.daemon.cordial.ViewGate)."""
+        """The freshest usable view of every peer agent (peerd.daemon.modes.cordial.ViewGate)."""
         return [PeerView(agent, v.ids, v.vectors) for agent, v in self.gate.select()]
 
     def status(self, now: float) -> ViewsStatus:
@@ -100,10 +108,11 @@ class SensorMode:
             test_accuracy=None, test_loss=None if last is None else _nan_none(last.val_loss),
             peers=tuple(rows))
 
-    async def round(self) -> None:
-        d, node = self.daemon, self.node
-        now = d.now()
-        expire_stale(d, node, now)
+    def restore_own(self, own: Held) -> None:
+        return None  # its views are not kept across restarts: the learner file is
+
+    async def step(self, now: float) -> Step:
+        node = self.node
         views = self.peer_views()
         held = {v.origin: (v.version, v.created_at, agent_of(v.group)) for v in node.views()}
         clock = node.clock(now)
@@ -121,27 +130,36 @@ class SensorMode:
         for origin, (_, _, agent) in held.items():  # freshest first, as views() gave them
             if agent is not None and out.coverage.get(agent) and agent not in self._used:
                 self._used[agent] = origin
-        m = d.metrics
-        m.examples, m.train_loss, m.val_loss = len(out.ids), out.train_loss, out.val_loss
-        m.val_accuracy, m.alpha, m.drift = None, {}, {}
-        node.round += 1
-        await publish_view(d, node, self.schema, out.ids, out.views)
-        await trio.to_thread.run_sync(learnerstate.save, d.state, self.learner, node.round)
-        m.round = node.round
+        self._held, self._clock, self._bucket = held, clock, bucket
+        return Step(examples=len(out.ids), train_loss=out.train_loss, val_loss=out.val_loss,
+                    val_accuracy=None, publish=True)
+
+    def versions(self) -> int:
+        return 1
+
+    async def publish(self, version: int, now: float) -> None:
+        assert self.last is not None
+        await publish_view(self.daemon, self.node, self.schema, self.last.ids, self.last.views,
+                           version)
+
+    def audit(self, round_no: int, published: int | None) -> None:
+        assert self._clock is not None
         used_origins = set(self._used.values())
-        d.participation.knowledge_round(
-            round_no=node.round, own_id=node.id, clock=clock, published=m.version,
-            used=[(o, ver, at) for o, (ver, at, _) in held.items() if o in used_origins])
-        log.info("round %d: version %d, bucket %d, %d iterations, loss %.4f, held-out loss "
-                 "%.4f on %d buckets, views of %d/%d peer agents", node.round, m.version,
-                 bucket, out.iterations, out.train_loss, out.val_loss, out.held_out,
-                 sum(1 for c in out.coverage.values() if c), self.agents - 1)
-        sdnotify.status(f"round {node.round}, version {m.version}, bucket {bucket}")
+        self.daemon.participation.typed_round(
+            mode=self.name, round_no=round_no, own_id=self.node.id, clock=self._clock,
+            published=published,
+            used=[(o, ver, at) for o, (ver, at, _) in self._held.items() if o in used_origins])
 
+    def summary(self) -> str:
+        out = self.last
+        assert out is not None
+        return (f"bucket {self._bucket}, {out.iterations} iterations, loss "
+                f"{out.train_loss:.4f}, held-out loss {out.val_loss:.4f} on {out.held_out} "
+                f"buckets, views of {sum(1 for c in out.coverage.values() if c)}/"
+                f"{self.agents - 1} peer agents")
 
-def attach(daemon: Daemon) -> SensorMode:
-    """Switch a daemon built for weights to cordial mode on sensors (as
-    :func:`peerd.daemon.cordial.attach`)."""
-    mode = SensorMode(daemon)
-    daemon.node = mode.node
-    return mode
+    def notify_detail(self) -> str:
+        return f"bucket {self._bucket}"
+
+    def status_block(self, now: float) -> ViewsStatus | None:
+        return self.status(now)

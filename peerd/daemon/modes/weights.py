@@ -1,0 +1,154 @@
+"""``[learning] mode = "weights"``: Cached-DFL's local step (blend → K proximal steps →
+publish decision) and what it carries from one round to the next.
+
+Wiring only: the decisions are :func:`peerd.core.round` 's, run with in-place, low-memory
+operations by :func:`peerd.learn.trainer.run_round`; the entry is signed into its state file
+by :mod:`peerd.store.persist`. The round around the step is
+:func:`peerd.daemon.modes.base.run_round`'s. This module must not parse wire bytes or touch
+files itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from typing import Protocol
+
+import trio
+
+from peerd.control.status import ViewsStatus
+from peerd.core.entry import CacheItem
+from peerd.core.modes import ModeName
+from peerd.core.round import parse_blend
+from peerd.core.staleness import Clock
+from peerd.daemon.host import ModeHost
+from peerd.daemon.modes.base import Step, val_accuracy_text
+from peerd.daemon.normwatch import NormWatch
+from peerd.daemon.notices import plural
+from peerd.learn.trainer import LocalTraining, RoundInput, RoundOutput, drift_to, run_round
+from peerd.node.peers import PeerTable
+from peerd.node.state import Held, NodeState
+from peerd.store import persist, spool
+
+log = logging.getLogger(__name__)
+
+
+class Daemon(ModeHost, Protocol):
+    """What weight mode uses of :class:`peerd.daemon.daemon.Daemon` (see
+    :mod:`peerd.daemon.host`)."""
+
+    peers: PeerTable
+
+
+class WeightsMode:
+    """The weight-mode half of one daemon: update norms and the local policy's state across
+    rounds, and whether the model is the published entry bit for bit."""
+
+    name = ModeName.WEIGHTS
+    learner = None  # the published entry is the model: nothing else to keep
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.node: NodeState = daemon.node
+        cfg = daemon.cfg
+        self.norms = NormWatch(cfg.validation.update_norm_policy)
+        self.local = LocalTraining.of(cfg.learning)  # FedBSS warm-up state across rounds
+        #: The model equals the published entry's tensors bit for bit (see RoundInput).
+        self.model_is_published = False
+        self._out: RoundOutput | None = None
+        self._meta_only: tuple[CacheItem, ...] = ()
+        self._silent_for = math.inf
+        self._clock: Clock | None = None
+        self._drift: dict[str, float] = {}
+
+    def restore_own(self, own: Held) -> None:
+        d = self.daemon
+        d.model.load_state_dict({k: v.clone() for k, v in own.entry.params.items()})
+        d.metrics.published_params = own.entry.params
+        self.model_is_published = True
+
+    async def step(self, now: float) -> Step:
+        d = self.daemon
+        node, learning, state = self.node, d.cfg.learning, d.state
+        clock = node.clock(now)
+        seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
+        # The round gets metadata plus a list of entries it consumes (see RoundInput.peers):
+        # nothing here keeps a reference that would pin a superseded entry during training.
+        meta_only = tuple(CacheItem(i.meta, i.received_from, i.received_at, verified=i.verified)
+                          for i in node.cache)
+        # Peers age our entry by its created_at: past max_silence the round republishes it
+        # even below ε (core.drift.should_publish), so a quiet node never expires at peers.
+        silent_for = math.inf if node.own is None else now - node.own.entry.meta.created_at
+        inp = RoundInput(own_id=node.id, cache=meta_only, peers=node.blend_inputs(), clock=clock,
+                         policy=learning.alpha_policy, steps=learning.local_steps,
+                         batch_size=learning.batch_size, lr=learning.lr, rho=learning.rho,
+                         seed=seed, epsilon=learning.epsilon, silent_for_s=silent_for,
+                         max_silence_s=learning.silence_limit_s,
+                         published=d.metrics.published_params,
+                         model_is_published=self.model_is_published,
+                         keep_anchor=lambda x: spool.spill(x, state.blobs),
+                         blend=parse_blend(learning.blend),
+                         norm_policy=self.norms.policy, norm_history=self.norms.history,
+                         local=self.local)
+        self.model_is_published = False  # the round trains the model in place
+        # The core round (peerd.core.round) decides α, x̄ and whether to publish; the daemon
+        # only carries the decision out (sign, persist, announce).
+        out: RoundOutput = await trio.to_thread.run_sync(run_round, d.model, d.task, inp)
+        # Drifts to what the cache holds now (entries may have been replaced meanwhile), for
+        # the status; off the event loop, since each reads a whole model.
+        cached = node.blend_inputs()
+
+        def drifts() -> dict[str, float]:
+            try:
+                return drift_to(out.params, cached)
+            finally:
+                node.release()  # the round and the drifts read every entry; let them go
+
+        drift = await trio.to_thread.run_sync(drifts)
+        self.norms.record(out, node, state, learning.blend)
+        self._out, self._meta_only, self._silent_for = out, meta_only, silent_for
+        self._clock, self._drift = clock, drift
+        return Step(examples=out.examples, train_loss=out.train_loss, val_loss=out.val_loss,
+                    val_accuracy=out.val_accuracy, publish=out.publish, alpha=out.alpha,
+                    drift=drift, weights=out.weights)
+
+    def versions(self) -> int:
+        return 1
+
+    async def publish(self, version: int, now: float) -> None:
+        d, node, out = self.daemon, self.node, self._out
+        assert out is not None
+        learning = d.cfg.learning
+        if learning.epsilon > 0 and out.moved <= learning.epsilon:
+            log.info("republishing: %.0f s since the last entry (drift %.3g <= epsilon)",
+                     self._silent_for, out.moved)
+        state = d.state
+        # Signed straight into its state file (persist.publish_own): no payload copy.
+        held = await trio.to_thread.run_sync(
+            lambda: persist.publish_own(state, node, params=out.params,
+                                        version=version, created_at=d.now(),
+                                        num_examples=out.examples))
+        node.set_own(held.entry, held.message, held.frame)
+        # The entry's tensors: the last published model is kept once (on disk when
+        # mapped), not a second time in memory.
+        d.metrics.published_params = held.entry.params
+        self.model_is_published = True  # signed from the model's own tensors
+
+    def audit(self, round_no: int, published: int | None) -> None:
+        assert self._out is not None
+        assert self._clock is not None
+        self.daemon.participation.weights_round(
+            round_no=round_no, out=self._out, own_id=self.node.id, cache=self._meta_only,
+            clock=self._clock, drift=self._drift, published=published)
+
+    def summary(self) -> str:
+        m = self.daemon.metrics
+        return (f"loss {m.train_loss:.4f}, val acc {val_accuracy_text(m.val_accuracy)}, "
+                f"cache {len(self.node.cache)}")
+
+    def notify_detail(self) -> str:
+        return f"{len(self.node.cache)} cached, {plural(len(self.daemon.peers), 'peer', 'peers')}"
+
+    def status_block(self, now: float) -> ViewsStatus | None:
+        return None
