@@ -139,8 +139,8 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
     with tempfile.TemporaryDirectory(prefix="peerd-demo-") as tmp:
         knowledge = mode == "knowledge"
         learning: dict[str, object] = {"mode": mode} if knowledge else {}
-        if mode == "cordial":  # Pairwise-10: one MNIST digit per daemon, views between them
-            learning, task = cordial.cordial_learning(nodes, isolated=isolated), cordial.TASK
+        if mode == "cordial":  # Pairwise-10: one digit per daemon, views between them
+            learning = cordial.cordial_learning(nodes, isolated=isolated)
         if round_interval is not None:
             # Entries must outlive a few rounds and a fleet-wide spread, or caches never fill.
             learning |= {"round_interval_s": round_interval,
@@ -239,15 +239,15 @@ def demo(
     rounds: Annotated[int, typer.Option("--rounds", min=1, max=10_000,
                                         help="Stop once every node did this many.")] = 20,
     task: Annotated[str | None, typer.Option(
-        "--task", help="digits (the default) | mnist | fashion-mnist; --mode cordial: mnist "
-                       "only")] = None,
+        "--task", help="digits (the default) | mnist | fashion-mnist; --mode cordial: "
+                       "digits or mnist, the images its composites are drawn from")] = None,
     in_process: Annotated[bool, typer.Option("--in-process",
                                              help="No processes or sockets; adds an isolated "
                                                   "baseline.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary.")] = False,
     mode: Annotated[str, typer.Option("--mode", help="weights | knowledge (per-sample logits; "
                                       "the nodes run small, medium and large models in "
-                                      "turn) | cordial (Pairwise-10 MNIST, one digit per "
+                                      "turn) | cordial (Pairwise-10 composites, one digit per "
                                       "node, views exchanged)")] = "weights",
     model: Annotated[str | None, typer.Option(
         "--model", help="Model of every node (the config's task model key): linear, mlp, "
@@ -268,11 +268,13 @@ def demo(
     """
     if mode not in ("weights", "knowledge", "cordial"):
         raise typer.BadParameter("choose weights, knowledge or cordial", param_hint="--mode")
-    if mode == "cordial" and task not in (None, "mnist"):
-        # Pairwise-10 is built from MNIST digits: another task cannot be honoured silently.
-        raise typer.BadParameter("--mode cordial runs Pairwise-10 composite MNIST only",
-                                 param_hint="--task")
-    task = task or ("mnist" if mode == "cordial" else "digits")
+    from peerd.mesh import cordial
+
+    if mode == "cordial" and task not in (None, *cordial.TASKS):
+        # Pairwise-10 is built from digit images: another task cannot be honoured silently.
+        raise typer.BadParameter("--mode cordial runs Pairwise-10 composites of digits or "
+                                 "mnist only", param_hint="--task")
+    task = task or (cordial.TASK if mode == "cordial" else "digits")
     if task not in ("digits", "mnist", "fashion-mnist"):
         raise typer.BadParameter("choose digits, mnist or fashion-mnist", param_hint="--task")
     if isolated and mode != "cordial":

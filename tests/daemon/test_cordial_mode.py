@@ -29,4 +29,7 @@ def test_every_agent_of_a_fleet_computes_one_view_schema() -> None:
     assert view_schema(4, 25, 7).id == schema.id  # no agent index in it: fleet-wide
     # Another shared index (agents, P or seed) is another schema: refused as schema_mismatch.
     assert len({schema.id, view_schema(6, 25, 7).id, view_schema(4, 10, 7).id,
-                view_schema(4, 25, 8).id}) == 4
+                view_schema(4, 25, 8).id, view_schema(4, 25, 7, "digits").id}) == 5
+    # MNIST's schema is the one it was before the digits source existed.
+    assert view_schema(4, 25, 7, "mnist") == schema
+    assert schema.encoder == "cordial-pairwise10/v1 agents=4 p=25 seed=7"

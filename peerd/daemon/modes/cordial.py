@@ -148,13 +148,17 @@ class ViewGate:
         return out
 
 
-def view_schema(agents: int, per_digit: int, seed: int) -> KnowledgeSchema:
+def view_schema(agents: int, per_digit: int, seed: int,
+                source: str = "mnist") -> KnowledgeSchema:
     """What every node of a cordial fleet must agree on: the task, its shared index (agents,
-    P, seed) and the vectors' width."""
+    P, seed, the images the composites are drawn from) and the vectors' width."""
     size = index_size(per_digit)
+    # MNIST's encoder string predates the digits source and stays as it was (its schema id is
+    # pinned, tests/protocol); a digits fleet's differs, so the two never mix views.
+    data = "" if source == "mnist" else f" data={source}"
     return KnowledgeSchema(key_dim=WIDTH, num_classes=10, max_samples=size, view_ids=size,
                            encoder=f"cordial-pairwise10/v1 agents={agents} p={per_digit} "
-                                   f"seed={seed}")
+                                   f"seed={seed}{data}")
 
 
 class CordialMode:
@@ -167,9 +171,11 @@ class CordialMode:
         cfg = daemon.cfg
         learning, task = cfg.learning, cfg.task
         self.index, self.agents = task.node_index, task.node_count
+        # [task] name is the composites' images: "mnist" or "digits" (config_modes checks).
         self.data = agent_data(self.agents, self.index, learning.cordial_images_per_digit,
-                               task.seed)
-        self.schema = view_schema(self.agents, learning.cordial_images_per_digit, task.seed)
+                               task.seed, source=task.name)
+        self.schema = view_schema(self.agents, learning.cordial_images_per_digit, task.seed,
+                                  task.name)
         self.node = KnowledgeState.from_node(daemon.node, self.schema,
                                              sample_budget=learning.sample_capacity)
         self.node.group = agent_group(self.index)
