@@ -37,6 +37,7 @@ from peerd.control.server import ControlServer, Operations
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import Status
 from peerd.core.entry import Schema
+from peerd.core.modes import ModeName
 from peerd.core.staleness import StalenessMode
 from peerd.daemon import cordial, cordial_sensors, sdnotify
 from peerd.daemon.config import Config
@@ -135,12 +136,12 @@ class Daemon:
         #: One record per round in the state directory's round log (`peerd audit`).
         self.participation = Participation(cfg.node.state_dir, learning.blend, clock=clock)
         #: Knowledge mode (FedCache): the node becomes a KnowledgeState, rounds distil.
-        self.knowledge = attach(self) if learning.mode == "knowledge" else None
-        #: Cordial mode: the node holds views under a view schema, rounds train one agent
-        #: (Pairwise-10's, or a sensor's on time buckets with [task] name = "sensors").
+        self.knowledge = attach(self) if learning.mode == ModeName.KNOWLEDGE else None
+        #: Cordial and sensors modes: the node holds views under a view schema, rounds train
+        #: one agent (Pairwise-10's, or a sensor's on time buckets).
         self.cordial: cordial.CordialMode | cordial_sensors.SensorMode | None = None
-        if learning.mode == "cordial":
-            self.cordial = (cordial_sensors.attach(self) if cfg.task.name == "sensors"
+        if learning.mode in (ModeName.CORDIAL, ModeName.SENSORS):
+            self.cordial = (cordial_sensors.attach(self) if learning.mode == ModeName.SENSORS
                             else cordial.attach(self))
         self._restore()
 

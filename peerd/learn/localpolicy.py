@@ -37,10 +37,10 @@ class LocalTraining:
         """From the config: None for ``plain`` (the round's default, untouched)."""
         if learning.local_policy == "plain":
             return None
-        return cls(FedBSS(warmup_rounds=learning.fedbss_warmup_rounds,
-                          epochs=learning.fedbss_epochs,
-                          regrow_fraction=learning.fedbss_regrow,
-                          step_budget=learning.fedbss_steps))
+        return cls(FedBSS(warmup_rounds=learning.fedbss.warmup_rounds,
+                          epochs=learning.fedbss.epochs,
+                          regrow_fraction=learning.fedbss.regrow,
+                          step_budget=learning.fedbss.steps))
 
     def train(self, model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, steps: int,
               batch_size: int, lr: float, rho: float, loss: LossName,

@@ -15,17 +15,18 @@ from collections.abc import Sequence
 
 from peerd.control.status import Status
 
-#: Epochs before the coordination layers train (``[learning] cordial_warmup_epochs``).
+#: Epochs before the coordination layers train (``[learning.cordial] warmup_epochs``).
 WARMUP_EPOCHS = 20
 #: The task every cordial daemon runs (composites are built from MNIST digits).
 TASK = "mnist"
 
 
 def cordial_learning(nodes: int, *, isolated: bool) -> dict[str, object]:
-    """The ``[learning]`` section of every daemon of a cordial demo mesh."""
+    """The ``[learning]`` section (and its ``[learning.cordial]`` table) of every daemon of a
+    cordial demo mesh."""
     return {"mode": "cordial", "capacity": max(1, nodes - 1), "batch_size": 65,
-            "local_steps": 4, "cordial_warmup_epochs": WARMUP_EPOCHS,
-            "cordial_coordination": not isolated}
+            "local_steps": 4,
+            "cordial": {"warmup_epochs": WARMUP_EPOCHS, "coordination": not isolated}}
 
 
 def test_accuracies(statuses: Sequence[Status | None]) -> list[float]:
