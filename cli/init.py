@@ -110,20 +110,23 @@ state_dir = {_toml_str(state_dir)}
 # group = "site-1"             # this node's cache group, signed into its entries (unset: none)
 # capacity_per_group = 3       # most cache places one group may hold (unset: C freshest)
 
-[learning.knowledge]           # mode = "knowledge" (FedCache)
+# [learning.knowledge]: knowledge mode's settings (FedCache).
+[learning.knowledge]
 # key_dim = 64                 # sample key width (fleet-wide)
 # beta = 1.5                   # weight of the KL term towards the teachers
 # temperature = 3.0            # softmax temperature of the KL term
 # neighbours = 16              # neighbours' knowledge averaged per sample
 
-[learning.cordial]             # mode = "cordial" and mode = "sensors"
+# [learning.cordial]: the cordial and sensors modes' settings.
+[learning.cordial]
 # images_per_digit = 25        # cordial: P; the shared index is 27·P ids, fleet-wide
 # coordination = true          # false = isolated baseline (no view used)
 # warmup_epochs = 50           # cordial: epochs before the coordination layers train
 # bucket_s = 10.0              # sensors: seconds of a time bucket (fleet-wide)
 # window = 64                  # sensors: last buckets kept and published (4-4096)
 
-[learning.fedbss]              # local_policy = "fedbss" (see docs/operations.md)
+# [learning.fedbss]: the fedbss local policy's settings (see docs/operations.md).
+[learning.fedbss]
 # warmup_rounds = 20           # plain rounds before the curriculum
 # epochs = 10                  # E: local epochs of one curriculum round
 # regrow = 0.2                 # warm up again when local data grew by this fraction
