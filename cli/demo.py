@@ -26,6 +26,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from peerd.core.modes import ModeName
+
 if TYPE_CHECKING:
     from peerd.control.status import Status
     from peerd.mesh.inproc import RoundReport
@@ -122,12 +124,14 @@ def _summary(nodes: list[MeshNode], statuses: list[Status | None]) -> dict[str, 
     return {"mode": "namespaces" if nodes and nodes[0].host else "loopback", "nodes": out}
 
 
+#: The modes ``--mode`` runs (sensors: the integration tests' mesh, docs/tasks.md).
+DEMO_MODES = (ModeName.WEIGHTS, ModeName.KNOWLEDGE, ModeName.CORDIAL)
 #: ``--mode knowledge``: the nodes run FedCache's three model sizes, in turn.
 KNOWLEDGE_MODELS = ("small", "medium", "large")
 
 
 def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Console,
-              mode: str = "weights", model: str | None = None,
+              mode: ModeName = ModeName.WEIGHTS, model: str | None = None,
               round_interval: float | None = None, isolated: bool = False) -> None:
     from peerd.mesh import cordial, netns
     from peerd.mesh.localmesh import local_mesh
@@ -137,9 +141,9 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
         "in network namespaces (mDNS on a private bridge)" if why is None else
         f"on loopback with static peers ({why}; mDNS stays off outside namespaces)"))
     with tempfile.TemporaryDirectory(prefix="peerd-demo-") as tmp:
-        knowledge = mode == "knowledge"
-        learning: dict[str, object] = {"mode": mode} if knowledge else {}
-        if mode == "cordial":  # Pairwise-10: one digit per daemon, views between them
+        knowledge = mode is ModeName.KNOWLEDGE
+        learning: dict[str, object] = {"mode": mode.value} if knowledge else {}
+        if mode is ModeName.CORDIAL:  # Pairwise-10: one digit per daemon, views between them
             learning = cordial.cordial_learning(nodes, isolated=isolated)
         if round_interval is not None:
             # Entries must outlive a few rounds and a fleet-wide spread, or caches never fill.
@@ -266,18 +270,20 @@ def demo(
     Each node trains on its own non-IID slice of the task's data, finds the others, swaps
     signed cache entries and blends. Ctrl-C stops everything and prints the summary.
     """
-    if mode not in ("weights", "knowledge", "cordial"):
-        raise typer.BadParameter("choose weights, knowledge or cordial", param_hint="--mode")
+    if mode not in DEMO_MODES:
+        raise typer.BadParameter(f"choose {', '.join(DEMO_MODES[:-1])} or {DEMO_MODES[-1]}",
+                                 param_hint="--mode")
+    chosen = ModeName(mode)
     from peerd.mesh import cordial
 
-    if mode == "cordial" and task not in (None, *cordial.TASKS):
+    if chosen is ModeName.CORDIAL and task not in (None, *cordial.TASKS):
         # Pairwise-10 is built from digit images: another task cannot be honoured silently.
         raise typer.BadParameter("--mode cordial runs Pairwise-10 composites of digits or "
                                  "mnist only", param_hint="--task")
-    task = task or (cordial.TASK if mode == "cordial" else "digits")
+    task = task or (cordial.TASK if chosen is ModeName.CORDIAL else "digits")
     if task not in ("digits", "mnist", "fashion-mnist"):
         raise typer.BadParameter("choose digits, mnist or fashion-mnist", param_hint="--task")
-    if isolated and mode != "cordial":
+    if isolated and chosen is not ModeName.CORDIAL:
         raise typer.BadParameter("--isolated is for --mode cordial", param_hint="--isolated")
     if model is not None:
         from peerd.learn.models import MODELS
@@ -285,7 +291,7 @@ def demo(
         if model not in MODELS and ":" not in model:
             raise typer.BadParameter(f"choose one of {', '.join(MODELS)} or package.module:attr",
                                      param_hint="--model")
-        if mode != "weights" or in_process:
+        if chosen is not ModeName.WEIGHTS or in_process:
             raise typer.BadParameter("--model is for weight-mode daemons (knowledge mode runs "
                                      "its three sizes, cordial mode the paper's LeNet-5)",
                                      param_hint="--model")
@@ -293,12 +299,12 @@ def demo(
         raise typer.BadParameter("--in-process counts rounds, not seconds",
                                  param_hint="--round-interval")
     console = Console(stderr=as_json)
-    if in_process and mode != "weights":
+    if in_process and chosen is not ModeName.WEIGHTS:
         raise typer.BadParameter("--in-process runs weight mode only", param_hint="--mode")
     if in_process:
         if task != "digits":
             raise typer.BadParameter("--in-process runs digits only", param_hint="--task")
         _run_inprocess(nodes, rounds, as_json, console)
     else:
-        _run_mesh(nodes, rounds, task, as_json, console, mode, model, round_interval,
+        _run_mesh(nodes, rounds, task, as_json, console, chosen, model, round_interval,
                   isolated)

@@ -103,25 +103,34 @@ state_dir = {_toml_str(state_dir)}
 # round_interval_s = 10.0
 # max_silence_s = 300.0        # epsilon > 0: republish after this long silent; unset = tau_max/2
 # mode = "weights"             # weights (models, one architecture) | knowledge (logits)
-#                              # | cordial (Pairwise-10 or sensor agents exchanging views)
-# key_dim = 64                 # knowledge: sample key width (fleet-wide)
-# distill_beta = 1.5           # knowledge: weight of the KL term towards the teachers
-# distill_temperature = 3.0    # knowledge: softmax temperature of the KL term
-# distill_r = 16               # knowledge: neighbours averaged per sample
-# sample_capacity = 100000     # knowledge: samples kept in the cache over all peers
-# cordial_images_per_digit = 25  # cordial: P; the shared index is 27·P ids, fleet-wide
-# cordial_coordination = true    # cordial: false = isolated baseline (no view used)
-# cordial_warmup_epochs = 50     # cordial: epochs before the coordination layers train
-# cordial_bucket_s = 10.0        # cordial sensors: seconds of a time bucket (fleet-wide)
-# cordial_window = 64            # cordial sensors: last buckets kept and published (4-4096)
+#                              # | cordial (Pairwise-10 views) | sensors (views on time buckets)
+# sample_capacity = 100000     # knowledge, cordial, sensors: samples cached over all peers
 # blend = "weighted"           # weighted | median | trimmed[:0.1] | clipped[:1.0] | krum[:1]
 # local_policy = "plain"       # plain | fedbss (warm-up, then an easy-to-hard curriculum)
-# fedbss_warmup_rounds = 20    # plain rounds before the curriculum (see docs/operations.md)
-# fedbss_epochs = 10           # E: local epochs of one curriculum round
-# fedbss_regrow = 0.2          # warm up again when local data grew by this fraction
-# fedbss_steps = 0             # SGD steps of a curriculum round (0 = fedbss_epochs full epochs)
 # group = "site-1"             # this node's cache group, signed into its entries (unset: none)
 # capacity_per_group = 3       # most cache places one group may hold (unset: C freshest)
+
+# [learning.knowledge]: knowledge mode's settings (FedCache).
+[learning.knowledge]
+# key_dim = 64                 # sample key width (fleet-wide)
+# beta = 1.5                   # weight of the KL term towards the teachers
+# temperature = 3.0            # softmax temperature of the KL term
+# neighbours = 16              # neighbours' knowledge averaged per sample
+
+# [learning.cordial]: the cordial and sensors modes' settings.
+[learning.cordial]
+# images_per_digit = 25        # cordial: P; the shared index is 27·P ids, fleet-wide
+# coordination = true          # false = isolated baseline (no view used)
+# warmup_epochs = 50           # cordial: epochs before the coordination layers train
+# bucket_s = 10.0              # sensors: seconds of a time bucket (fleet-wide)
+# window = 64                  # sensors: last buckets kept and published (4-4096)
+
+# [learning.fedbss]: the fedbss local policy's settings (see docs/operations.md).
+[learning.fedbss]
+# warmup_rounds = 20           # plain rounds before the curriculum
+# epochs = 10                  # E: local epochs of one curriculum round
+# regrow = 0.2                 # warm up again when local data grew by this fraction
+# steps = 0                    # SGD steps of a curriculum round (0 = epochs full epochs)
 
 [validation]
 # max_norm = 1e4               # reject entries whose parameter L2 norm is larger
@@ -133,8 +142,8 @@ state_dir = {_toml_str(state_dir)}
 # update_norm_min_history = 8  # no bound until this many were seen (cold start)
 
 [task]
-# name = "digits"              # digits | mnist | fashion-mnist | csv | sensors (cordial)
-#                              # | package.module:attr
+# name = "digits"              # digits | mnist | fashion-mnist | csv | package.module:attr
+#                              # (mode = "sensors" implies "sensors")
 # partition = "dirichlet:0.5"  # demo tasks: iid | shards | dirichlet:PI
 # node_index = 0               # demo tasks: this node's slice ...
 # node_count = 1               # ... of this many

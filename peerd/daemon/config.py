@@ -21,11 +21,9 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from peerd.control.status import ConfigStatus
-from peerd.core.alpha import AlphaPolicy
-from peerd.core.blendrules import Krum, parse_rule
 
 # peerd.core.limits, not peerd.core.validate (torch): `peerd status` loads this module.
 from peerd.core.limits import ValidationLimits
@@ -33,40 +31,36 @@ from peerd.core.modes import ModeName
 from peerd.core.updatenorm import NormAction, UpdateNormPolicy
 from peerd.daemon import config_limits as lim
 from peerd.daemon.config_checks import (
-    BadValueError,
     Check,
-    check_alpha,
-    check_blend,
     check_bool,
     check_choice,
     check_float,
-    check_group,
     check_hex,
     check_host_port,
     check_int,
     check_ip,
-    check_model_name,
     check_multiaddr,
     check_optional,
-    check_partition,
     check_path,
     check_socket_path,
-    check_staleness,
     check_str,
     check_str_list,
-    check_task_name,
-    shown,
+    check_table,
 )
 from peerd.daemon.config_checks import (
     ConfigError as ConfigError,  # raised here, caught by callers of peerd.daemon.config
 )
-from peerd.daemon.config_modes import check_mode, what_runs
+
+# The sections kept in their own modules, re-exported: callers import them from here.
+from peerd.daemon.config_learning import CordialConfig as CordialConfig
+from peerd.daemon.config_learning import FedBSSConfig as FedBSSConfig
+from peerd.daemon.config_learning import KnowledgeConfig as KnowledgeConfig
+from peerd.daemon.config_learning import LearningConfig as LearningConfig
+from peerd.daemon.config_learning import check_learning, read_learning, settle_mode, what_runs
+from peerd.daemon.config_task import TASK_CHECKS, check_task
+from peerd.daemon.config_task import TaskConfig as TaskConfig
 from peerd.node.peers import DEFAULT_FANOUT, MAX_PEERS
-from peerd.protocol.limits import (
-    FLEET_ID_LEN,
-    MAX_KEY_DIM,
-    PUBLIC_KEY_LEN,
-)
+from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
 
 DEFAULT_CONFIG_PATH = Path("/etc/peerd/peerd.toml")
 DEFAULT_STATE_DIR = Path("/var/lib/peerd")
@@ -155,76 +149,6 @@ class FleetConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class LearningConfig:
-    #: Staleness cutoff τ_max, in seconds.
-    tau_max: float = 600.0
-    #: Only "time": "rounds" is refused (see check_staleness); the simulator keeps round ages.
-    staleness: Literal["time"] = "time"
-    capacity: int = 10  # C: peer entries kept in the cache
-    rho: float = 0.01  # ρ: proximal weight towards the blend
-    local_steps: int = 10  # K
-    batch_size: int = 32
-    lr: float = 0.05
-    alpha: str = "uniform"  # see peerd.core.alpha for the spellings
-    #: Publish the own entry only when its drift exceeds ε (saves bandwidth on a plateau).
-    epsilon: float = 0.0
-    round_interval_s: float = 10.0
-    #: With ε > 0: re-sign and publish the current model after this many seconds without a
-    #: publication, so peers never age the node's entry out past τ_max. None: τ_max / 2.
-    max_silence_s: float | None = None
-    #: "weights" (Cached-DFL: models are exchanged and blended) or "knowledge" (FedCache:
-    #: per-sample logits are exchanged and distilled from; architectures may differ).
-    mode: str = "weights"
-    #: Knowledge mode: the sample key's width (all nodes of a fleet must agree).
-    key_dim: int = 64
-    #: Knowledge mode: β (weight of the KL term), temperature and R (neighbours averaged).
-    distill_beta: float = 1.5
-    distill_temperature: float = 3.0
-    distill_r: int = 16
-    #: Knowledge mode: samples kept in the cache over all peers (besides C entries).
-    sample_capacity: int = 100_000
-    #: How peer models are combined: "weighted" (Σ α_j x_j) or a robust rule, "median",
-    #: "trimmed[:β]", "clipped[:τ]", "krum[:f]" (peerd.core.blendrules; weight mode only).
-    blend: str = "weighted"
-    #: How the node trains after the blend: "plain" (K proximal steps) or "fedbss" (warm-up
-    #: rounds, then a loss-sorted curriculum; peerd.core.fedbss; weight mode, classification).
-    local_policy: str = "plain"
-    fedbss_warmup_rounds: int = 20
-    fedbss_epochs: int = 10  # E: local epochs of one curriculum round
-    fedbss_regrow: float = 0.2  # warm up again once the data grew by this fraction
-    #: SGD steps of one curriculum round over the E epochs; 0 = E full epochs.
-    fedbss_steps: int = 0
-    #: This node's cache group (a data distribution, an area: "site-3"), signed into every
-    #: entry it publishes; None: its entries name none. See peerd.protocol.entry.group_problem.
-    group: str | None = None
-    #: The most cache places the entries of one group may hold (peerd.core.cache: each
-    #: group's freshest first, entries without a group fill the rest); None: the C freshest.
-    capacity_per_group: int | None = None
-    #: Cordial mode (Pairwise-10; [task] node_index is the agent, node_count the agents, seed
-    #: the shared index's): P images per digit, whether the agent uses its peers' views
-    #: (false: the isolated baseline, views still published), and the epochs its
-    #: coordination layers stay frozen (the paper's K).
-    cordial_images_per_digit: int = 25
-    cordial_coordination: bool = True
-    cordial_warmup_epochs: int = 50
-    #: Cordial mode's sensors (peerd.core.timebuckets): a time bucket's seconds and the last
-    #: buckets kept, trained on and published. Fleet-wide (part of the view schema).
-    cordial_bucket_s: float = 10.0
-    cordial_window: int = 64
-
-    @property
-    def alpha_policy(self) -> AlphaPolicy:
-        return AlphaPolicy.parse(self.alpha)
-
-    @property
-    def silence_limit_s(self) -> float:
-        """``max_silence_s`` in force: half of τ_max unless set, so a republished entry has
-        the other half of τ_max (rounds and gossip sweeps) to reach peers before the last
-        one expires there."""
-        return self.tau_max / 2 if self.max_silence_s is None else self.max_silence_s
-
-
-@dataclass(frozen=True, slots=True)
 class ValidationConfig:
     max_norm: float = 1e4
     max_examples: int = 10_000_000
@@ -248,25 +172,6 @@ class ValidationConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskConfig:
-    #: digits | mnist | fashion-mnist | csv | package.module:attr
-    name: str = "digits"
-    #: Demo tasks: iid | shards | dirichlet:PI, and this node's slice of node_count.
-    partition: str = "dirichlet:0.5"
-    node_index: int = 0
-    node_count: int = 1
-    seed: int = 0
-    csv_glob: str | None = None
-    csv_label: str = "label"
-    #: Feature columns; empty = every column but the label.
-    csv_features: tuple[str, ...] = ()
-    csv_kind: Literal["classification", "regression"] = "classification"
-    #: small | medium | large | cnn | mlp | linear | package.module:attr; None: the task's
-    #: default. Knowledge mode lets every node pick its own; weight mode needs one fleet-wide.
-    model: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Config:
     fleet: FleetConfig
     node: NodeConfig = field(default_factory=NodeConfig)
@@ -276,11 +181,14 @@ class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
     #: The file it came from (None when built in code).
     source: Path | None = None
+    #: One line per deprecated spelling the file used, naming the new one (``peerd run``
+    #: logs them at start-up); not part of the settings, so not compared.
+    deprecations: tuple[str, ...] = field(default=(), compare=False)
 
     def status_config(self) -> ConfigStatus:
         """The ``config`` section of the status (the only place that builds it)."""
         lc = self.learning
-        mode, blend, local_policy = what_runs(lc, self.task)
+        mode, blend, local_policy = what_runs(lc)
         return ConfigStatus(tau_max=lc.tau_max, staleness=lc.staleness, capacity=lc.capacity,
                             rho=lc.rho, local_steps=lc.local_steps, alpha=lc.alpha,
                             epsilon=lc.epsilon, max_silence_s=lc.silence_limit_s,
@@ -322,26 +230,6 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "admin_public_key": check_hex(PUBLIC_KEY_LEN), "fleet_id": check_hex(FLEET_ID_LEN),
         "manifest": check_optional(check_path),
     }),
-    "learning": (LearningConfig, {
-        "tau_max": check_float(0.0), "staleness": check_staleness,
-        "capacity": check_int(0, lim.MAX_CAPACITY), "rho": check_float(0.0),
-        "local_steps": check_int(1),
-        "batch_size": check_int(1), "lr": check_float(0.0, strict=True), "alpha": check_alpha,
-        "epsilon": check_float(0.0), "round_interval_s": check_float(lim.MIN_ROUND_INTERVAL_S),
-        "max_silence_s": check_optional(check_float(0.0, strict=True)),
-        "mode": check_choice(*lim.LEARNING_MODES), "key_dim": check_int(1, MAX_KEY_DIM),
-        "distill_beta": check_float(0.0), "distill_temperature": check_float(0.0, strict=True),
-        "distill_r": check_int(1), "sample_capacity": check_int(1), "blend": check_blend,
-        "local_policy": check_choice("plain", "fedbss"), "fedbss_warmup_rounds": check_int(0),
-        "fedbss_epochs": check_int(1, lim.MAX_FEDBSS_EPOCHS), "fedbss_regrow": check_float(0.0),
-        "fedbss_steps": check_int(0, lim.MAX_FEDBSS_STEPS),
-        "group": check_optional(check_group),
-        "capacity_per_group": check_optional(check_int(1, lim.MAX_CAPACITY)),
-        "cordial_images_per_digit": check_int(1, lim.MAX_CORDIAL_IMAGES_PER_DIGIT),
-        "cordial_coordination": check_bool, "cordial_warmup_epochs": check_int(0),
-        "cordial_bucket_s": check_float(0.0, strict=True),
-        "cordial_window": check_int(lim.MIN_CORDIAL_WINDOW, lim.MAX_CORDIAL_WINDOW),
-    }),
     "validation": (ValidationConfig, {
         "max_norm": check_float(0.0, strict=True), "max_examples": check_int(1),
         "max_future_skew_s": check_float(0.0),
@@ -350,13 +238,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "update_norm_window": check_int(1, lim.MAX_UPDATE_NORM_WINDOW),
         "update_norm_min_history": check_int(1, lim.MAX_UPDATE_NORM_WINDOW),
     }),
-    "task": (TaskConfig, {
-        "name": check_task_name, "partition": check_partition, "node_index": check_int(0),
-        "node_count": check_int(1), "seed": check_int(0), "csv_glob": check_optional(check_str),
-        "csv_label": check_str, "csv_features": check_str_list(lim.MAX_CSV_FEATURES),
-        "csv_kind": check_choice("classification", "regression"),
-        "model": check_optional(check_model_name),
-    }),
+    "task": (TaskConfig, TASK_CHECKS),
 }
 _REQUIRED = {"fleet": ("admin_public_key", "fleet_id")}
 
@@ -368,78 +250,42 @@ for _name, (_cls, _checks) in _SCHEMA.items():
 
 # ---------------------------------------------------------------------------- loading
 
+#: Every section, in the order the known ones are listed ([learning]: config_learning).
+SECTIONS = ("node", "network", "fleet", "learning", "validation", "task")
+
 
 def _section(name: str, raw: Any, base: Path | None) -> Any:
     cls, checks = _SCHEMA[name]
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"[{name}] must be a table, got {shown(raw)}")
-    unknown = sorted(set(raw) - set(checks))
-    if unknown:
-        raise ConfigError(f"[{name}] {unknown[0]}: unknown key "
-                          f"(known: {', '.join(sorted(checks))})")
-    for key in _REQUIRED.get(name, ()):
-        if key not in raw:
-            raise ConfigError(f"[{name}] {key}: required (see `peerd init --fleet DIR`)")
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        try:
-            values[key] = checks[key](value)
-        except BadValueError as exc:
-            raise ConfigError(f"[{name}] {key}: {exc}") from None
-        if isinstance(values[key], Path) and base is not None:
-            # Relative paths are relative to the config file, not to the daemon's cwd
-            # (systemd starts it in /), so a config that works by hand works as a service.
-            values[key] = base / values[key]
-    return cls(**values)
+    return cls(**check_table(f"[{name}]", raw, checks, required=_REQUIRED.get(name, ()),
+                             base=base))
 
 
 def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Config:
     """Validate an already-parsed TOML document (a dict) into a :class:`Config`."""
-    unknown = sorted(set(data) - set(_SCHEMA))
+    unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
-        raise ConfigError(f"[{unknown[0]}]: unknown section (known: {', '.join(_SCHEMA)})")
+        raise ConfigError(f"[{unknown[0]}]: unknown section (known: {', '.join(SECTIONS)})")
     if "fleet" not in data:
         raise ConfigError("[fleet]: required section (admin_public_key, fleet_id); "
                           "`peerd init --fleet DIR` writes it")
     base = None if source is None else source.parent
     parts = {name: _section(name, data[name], base) for name in _SCHEMA if name in data}
-    learning: LearningConfig | None = parts.get("learning")
-    if learning is not None and learning.max_silence_s is not None \
-            and learning.max_silence_s >= learning.tau_max:
-        # A silence of tau_max lets the last entry expire at every peer before the next one
-        # is even made: the node drops out of the fleet's blends in between.
-        raise ConfigError(f"[learning] max_silence_s: must be < tau_max ({learning.tau_max:g})"
-                          f", got {learning.max_silence_s:g}")
-    task: TaskConfig | None = parts.get("task")
-    if task is not None:
-        if task.node_index >= task.node_count:
-            raise ConfigError(f"[task] node_index: must be < node_count ({task.node_count}), "
-                              f"got {task.node_index}")
-        if task.name == "csv" and task.csv_glob is None:
-            raise ConfigError("[task] csv_glob: required when name = \"csv\"")
-        if task.name == "sensors" and (learning is None or learning.mode != "cordial"):
-            raise ConfigError('[task] name: "sensors" runs in [learning] mode = "cordial" only '
-                              "(its labels depend on the other nodes' inputs)")
+    learning, notices = (read_learning(data["learning"]) if "learning" in data
+                         else (LearningConfig(), []))
+    task: TaskConfig = parts.pop("task", TaskConfig())
+    check_task(task)
+    raw_task = data.get("task")
+    learning, task, settled = settle_mode(
+        learning, task, task_named=isinstance(raw_task, Mapping) and "name" in raw_task)
     validation: ValidationConfig | None = parts.get("validation")
     if validation is not None and \
             validation.update_norm_min_history > validation.update_norm_window:
         raise ConfigError("[validation] update_norm_min_history: must be <= update_norm_window "
                           f"({validation.update_norm_window}), got "
                           f"{validation.update_norm_min_history}")
-    if learning is not None and learning.capacity_per_group is not None \
-            and learning.capacity_per_group > learning.capacity:
-        raise ConfigError(f"[learning] capacity_per_group: must be <= capacity "
-                          f"({learning.capacity}), got {learning.capacity_per_group}")
-    if learning is not None and learning.blend.startswith("krum"):
-        f = parse_rule(learning.blend)
-        assert isinstance(f, Krum)
-        if learning.capacity + 1 <= 2 * f.f + 2:
-            raise ConfigError(f"[learning] blend: {learning.blend} needs more than 2f + 2 = "
-                              f"{2 * f.f + 2} models, but capacity {learning.capacity} + the own "
-                              "model can never hold that many")
-    if learning is not None:
-        check_mode(learning, task)
-    return Config(**parts, source=source)
+    check_learning(learning, task)
+    return Config(**parts, learning=learning, task=task, source=source,
+                  deprecations=(*settled, *notices))
 
 
 def load_config(path: Path) -> Config:
@@ -464,5 +310,6 @@ def load_config(path: Path) -> Config:
 
 
 def mode_of(cfg: Config) -> ModeName:
-    """The learning mode ``cfg`` runs (:func:`peerd.daemon.config_modes.what_runs`)."""
-    return what_runs(cfg.learning, cfg.task)[0]
+    """The learning mode ``cfg`` runs (``[learning] mode``; the old sensors form is settled
+    into it when the config is read)."""
+    return cfg.learning.mode

@@ -11,12 +11,13 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from peerd.core.alpha import AlphaError, AlphaPolicy
 from peerd.core.blendrules import parse_rule
+from peerd.core.modes import ModeName
 from peerd.protocol.entry import group_problem
 
 #: AF_UNIX socket paths are limited to 108 bytes (sun_path) on Linux, NUL included.
@@ -79,6 +80,12 @@ def check_choice(*options: str) -> Check:
             raise BadValueError(f"must be one of {', '.join(options)}, got {shown(v)}")
         return str(v)
     return check
+
+
+def check_mode_name(v: Any) -> ModeName:
+    if isinstance(v, str) and v in {m.value for m in ModeName}:
+        return ModeName(v)
+    raise BadValueError(f"must be one of {', '.join(ModeName)}, got {shown(v)}")
 
 
 def check_path(v: Any) -> Path:
@@ -219,3 +226,35 @@ def check_optional(check: Check) -> Check:
     def opt(v: Any) -> Any:
         return None if v == "" else check(v)
     return opt
+
+
+def check_value(label: str, check: Check, value: Any) -> Any:
+    """``check(value)``, a failure a :class:`ConfigError` naming ``label`` (``[learning] lr``)."""
+    try:
+        return check(value)
+    except BadValueError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
+
+
+def check_table(section: str, raw: Any, checks: Mapping[str, Check], *,
+                required: Collection[str] = (), base: Path | None = None) -> dict[str, Any]:
+    """The checked values of one TOML table (``section``: ``[node]``, ``[learning.cordial]``):
+    an unknown key, a missing required one or a bad value is a :class:`ConfigError` naming it.
+    Relative paths are made relative to ``base`` (the config file's folder)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{section} must be a table, got {shown(raw)}")
+    unknown = sorted(set(raw) - set(checks))
+    if unknown:
+        raise ConfigError(f"{section} {unknown[0]}: unknown key "
+                          f"(known: {', '.join(sorted(checks))})")
+    for key in required:
+        if key not in raw:
+            raise ConfigError(f"{section} {key}: required (see `peerd init --fleet DIR`)")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        values[key] = check_value(f"{section} {key}", checks[key], value)
+        if isinstance(values[key], Path) and base is not None:
+            # Relative paths are relative to the config file, not to the daemon's cwd
+            # (systemd starts it in /), so a config that works by hand works as a service.
+            values[key] = base / values[key]
+    return values

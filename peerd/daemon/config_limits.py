@@ -39,8 +39,6 @@ MAX_CAPACITY = min(MAX_MEMBERS, MAX_DIGEST_ITEMS - 1)
 MIN_ROUND_INTERVAL_S = 0.1
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-#: What a node exchanges: models (every node one architecture) or per-sample knowledge.
-LEARNING_MODES = ("weights", "knowledge", "cordial")
 #: Cordial mode's largest P: the shared index (27·P ids) must fit one view entry's rows
 #: (peerd.protocol.limits.MAX_KNOWLEDGE_SAMPLES).
 MAX_CORDIAL_IMAGES_PER_DIGIT = 606

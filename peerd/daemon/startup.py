@@ -95,7 +95,10 @@ def preflight(cfg: Config) -> state_lock.StateLock:
     """Everything `peerd run` can check before it reads state or listens, each failure a
     :class:`DaemonError` (one line, exit status 2): the state directory's lock first (so a
     second daemon touches nothing of the first's), then the key, the control socket and the
-    listen address. Returns the lock; the caller holds it for the daemon's lifetime."""
+    listen address. Returns the lock; the caller holds it for the daemon's lifetime.
+    First logs the config's deprecation notices, one warning line each."""
+    for line in cfg.deprecations:
+        log.warning("%s: %s", cfg.source or "config", line)
     node = cfg.node
     try:
         held = state_lock.acquire(node.state_dir, socket=node.control_socket)

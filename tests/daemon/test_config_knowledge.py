@@ -1,4 +1,4 @@
-"""``[learning] mode`` and the knowledge settings, ``[task] model``: parsed, validated, named."""
+"""``[learning] mode`` and ``[learning.knowledge]``, ``[task] model``: parsed, validated, named."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from peerd.core.modes import ModeName
 from peerd.daemon.config import ConfigError, loads_config
 from tests.daemon.helpers import ADMIN_HEX, FLEET_HEX
 
@@ -17,28 +18,43 @@ def doc(**sections: dict[str, Any]) -> dict[str, Any]:
 def test_defaults_are_weight_mode_and_the_tasks_model() -> None:
     cfg = loads_config(doc())
     assert (cfg.learning.mode, cfg.task.model) == ("weights", None)
-    assert (cfg.learning.key_dim, cfg.learning.distill_r) == (64, 16)
+    assert (cfg.learning.knowledge.key_dim, cfg.learning.knowledge.neighbours) == (64, 16)
 
 
 def test_knowledge_mode_with_a_model_per_node() -> None:
-    cfg = loads_config(doc(learning={"mode": "knowledge", "key_dim": 32, "distill_beta": 0.0,
-                                     "distill_temperature": 1.5, "distill_r": 4,
-                                     "sample_capacity": 5000},
+    knowledge = {"key_dim": 32, "beta": 0.0, "temperature": 1.5, "neighbours": 4}
+    cfg = loads_config(doc(learning={"mode": "knowledge", "sample_capacity": 5000,
+                                     "knowledge": knowledge},
                            task={"model": "small"}))
-    assert cfg.learning.mode == "knowledge"
-    assert (cfg.learning.key_dim, cfg.learning.distill_beta, cfg.learning.distill_r) == (
-        32, 0.0, 4)
+    assert cfg.learning.mode is ModeName.KNOWLEDGE
+    assert cfg.deprecations == ()
+    k = cfg.learning.knowledge
+    assert (k.key_dim, k.beta, k.temperature, k.neighbours) == (32, 0.0, 1.5, 4)
+    assert cfg.learning.sample_capacity == 5000
     assert cfg.task.model == "small"
     assert loads_config(doc(task={"model": "mypkg.models:tiny"})).task.model == \
         "mypkg.models:tiny"
 
 
 @pytest.mark.parametrize(("sections", "message"), [
-    ({"learning": {"mode": "logits"}}, "[learning] mode: must be one of weights, knowledge"),
+    ({"learning": {"mode": "logits"}}, "[learning] mode: must be one of weights, knowledge, "
+                                       "cordial, sensors, got 'logits'"),
     ({"task": {"model": "huge"}}, "[task] model: must be one of small, medium, large"),
     ({"task": {"model": "not a module"}}, "[task] model:"),
+    ({"learning": {"knowledge": {"key_dim": 0}}},
+     "[learning.knowledge] key_dim: must be an integer in [1, 512]"),
+    ({"learning": {"knowledge": {"key_dim": 513}}},
+     "[learning.knowledge] key_dim: must be an integer in [1, 512]"),
+    ({"learning": {"knowledge": {"neighbours": 0}}},
+     "[learning.knowledge] neighbours: must be an integer >= 1"),
+    ({"learning": {"knowledge": {"temperature": 0}}}, "[learning.knowledge] temperature: must"),
+    ({"learning": {"knowledge": {"beta": -1}}}, "[learning.knowledge] beta: must be"),
+    ({"learning": {"knowledge": {"distill_beta": 1.0}}},
+     "[learning.knowledge] distill_beta: unknown key (known: beta, key_dim, neighbours, "
+     "temperature)"),
+    ({"learning": {"knowledge": 3}}, "[learning.knowledge] must be a table, got 3"),
+    # The deprecated flat spellings are checked as before, named as written.
     ({"learning": {"key_dim": 0}}, "[learning] key_dim: must be an integer in [1, 512]"),
-    ({"learning": {"key_dim": 513}}, "[learning] key_dim: must be an integer in [1, 512]"),
     ({"learning": {"distill_r": 0}}, "[learning] distill_r: must be an integer >= 1"),
     ({"learning": {"distill_temperature": 0}}, "[learning] distill_temperature: must be"),
     ({"learning": {"distill_beta": -1}}, "[learning] distill_beta: must be"),
@@ -53,3 +69,23 @@ def test_bad_values_name_the_key(sections: dict[str, Any], message: str) -> None
     with pytest.raises(ConfigError) as info:
         loads_config(doc(**sections))
     assert message in str(info.value)
+
+
+def test_the_flat_knowledge_keys_still_work_with_a_notice_each() -> None:
+    flat = loads_config(doc(learning={"mode": "knowledge", "key_dim": 32, "distill_beta": 0.0,
+                                      "distill_temperature": 1.5, "distill_r": 4}))
+    nested = loads_config(doc(learning={"mode": "knowledge", "knowledge": {
+        "key_dim": 32, "beta": 0.0, "temperature": 1.5, "neighbours": 4}}))
+    assert flat.learning == nested.learning
+    assert flat.deprecations == (
+        "[learning] key_dim is deprecated: use [learning.knowledge] key_dim",
+        "[learning] distill_beta is deprecated: use [learning.knowledge] beta",
+        "[learning] distill_temperature is deprecated: use [learning.knowledge] temperature",
+        "[learning] distill_r is deprecated: use [learning.knowledge] neighbours")
+
+
+def test_a_key_in_both_spellings_is_an_error_naming_both() -> None:
+    with pytest.raises(ConfigError) as info:
+        loads_config(doc(learning={"distill_beta": 1.0, "knowledge": {"beta": 2.0}}))
+    assert str(info.value) == ("[learning] distill_beta and [learning.knowledge] beta are one "
+                               "setting: keep [learning.knowledge] beta only")

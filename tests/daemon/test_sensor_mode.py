@@ -15,8 +15,9 @@ import trio
 from typer.testing import CliRunner
 
 from peerd.cli.app import app
+from peerd.core.modes import ModeName
 from peerd.core.timebuckets import bucket_of
-from peerd.daemon.config import Config
+from peerd.daemon.config import Config, CordialConfig
 from peerd.daemon.daemon import Daemon
 from peerd.daemon.modes.sensors import SensorMode
 from peerd.net.gossip import SessionContext
@@ -51,8 +52,8 @@ def _configs(tmp_path: Path, n: int, *, coordination: bool = True) -> list[Confi
         (tmp_path / f"c{i}").mkdir()
         base = fleet_config(tmp_path / f"c{i}", fleet, state, with_manifest=True)
         learning = dataclasses.replace(
-            base.learning, mode="cordial", local_steps=10, batch_size=5,
-            cordial_bucket_s=BUCKET_S, cordial_window=WINDOW, cordial_coordination=coordination)
+            base.learning, mode=ModeName.SENSORS, local_steps=10, batch_size=5,
+            cordial=CordialConfig(bucket_s=BUCKET_S, window=WINDOW, coordination=coordination))
         task = dataclasses.replace(base.task, name="sensors", node_index=i, node_count=n, seed=4)
         cfgs.append(dataclasses.replace(base, learning=learning, task=task))
     return cfgs

@@ -65,11 +65,15 @@ def _config(tmp_path: Path, body: str) -> Path:
 
 def test_config_reads_the_local_policy(tmp_path: Path) -> None:
     cfg = load_config(_config(tmp_path, '[learning]\nlocal_policy = "fedbss"\n'
-                                        "fedbss_warmup_rounds = 3\nfedbss_epochs = 4\n"
-                                        "fedbss_regrow = 0.5\n"))
+                                        "[learning.fedbss]\nwarmup_rounds = 3\nepochs = 4\n"
+                                        "regrow = 0.5\n"))
     local = LocalTraining.of(cfg.learning)
     assert local is not None
     assert local.policy == FedBSS(3, 4, 0.5)
+    flat = load_config(_config(tmp_path, '[learning]\nlocal_policy = "fedbss"\n'
+                                         "fedbss_warmup_rounds = 3\nfedbss_epochs = 4\n"
+                                         "fedbss_regrow = 0.5\n"))  # deprecated, still read
+    assert flat.learning == cfg.learning
     assert LocalTraining.of(LearningConfig()) is None  # plain: the round's default
 
 
@@ -77,6 +81,8 @@ def test_config_reads_the_local_policy(tmp_path: Path) -> None:
     ('[learning]\nlocal_policy = "fedbss"\nmode = "knowledge"\n', "mode"),
     ('[learning]\nlocal_policy = "curriculum"\n', "local_policy"),
     ('[learning]\nlocal_policy = "fedbss"\nfedbss_epochs = 0\n', "fedbss_epochs"),
+    ('[learning]\nlocal_policy = "fedbss"\n[learning.fedbss]\nepochs = 0\n',
+     r"\[learning.fedbss\] epochs"),
     ('[learning]\nlocal_policy = "fedbss"\n[task]\nname = "csv"\ncsv_glob = "/x/*.csv"\n'
      'csv_kind = "regression"\n', "classification"),
 ])

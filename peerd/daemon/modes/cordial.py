@@ -171,10 +171,10 @@ class CordialMode:
         cfg = daemon.cfg
         learning, task = cfg.learning, cfg.task
         self.index, self.agents = task.node_index, task.node_count
-        # [task] name is the composites' images: "mnist" or "digits" (config_modes checks).
-        self.data = agent_data(self.agents, self.index, learning.cordial_images_per_digit,
+        # [task] name is the composites' images: "mnist" or "digits" (config_learning checks).
+        self.data = agent_data(self.agents, self.index, learning.cordial.images_per_digit,
                                task.seed, source=task.name)
-        self.schema = view_schema(self.agents, learning.cordial_images_per_digit, task.seed,
+        self.schema = view_schema(self.agents, learning.cordial.images_per_digit, task.seed,
                                   task.name)
         self.node = KnowledgeState.from_node(daemon.node, self.schema,
                                              sample_budget=learning.sample_capacity)
@@ -182,8 +182,8 @@ class CordialMode:
         bind_views(self.node, self.index)
         self.gate = ViewGate(self.node, self.index, self.agents)
         self.learner = CordialLearner(
-            self.data, coordination=learning.cordial_coordination,
-            warmup_epochs=learning.cordial_warmup_epochs, batch_size=learning.batch_size,
+            self.data, coordination=learning.cordial.coordination,
+            warmup_epochs=learning.cordial.warmup_epochs, batch_size=learning.batch_size,
             steps=learning.local_steps, seed=task.seed)
         # The agent (M_i, Λ_j^i, Adam's moments, the schedules' step count, its random stream)
         # survives a restart: the learner file, saved every round.
@@ -211,7 +211,7 @@ class CordialMode:
         last = self.last
         return ViewsStatus(
             agent=self.index, agents=self.agents, ids=size,
-            coordination=self.daemon.cfg.learning.cordial_coordination,
+            coordination=self.daemon.cfg.learning.cordial.coordination,
             epoch=self.learner.epoch,
             test_accuracy=None if last is None else last.test_accuracy,
             test_loss=None if last is None else last.test_loss, peers=tuple(rows))

@@ -68,16 +68,16 @@ class KnowledgeMode:
             raise ValueError("knowledge mode needs at least one local training sample")
         # The knowledge schema: key width, classes and the encoder; never the model.
         self.schema, self.encoder = knowledge_schema(
-            cfg.fleet.fleet_id, daemon.task, daemon.model, key_dim=learning.key_dim,
+            cfg.fleet.fleet_id, daemon.task, daemon.model, key_dim=learning.knowledge.key_dim,
             max_samples=MAX_KNOWLEDGE_SAMPLES)
         self.node = KnowledgeState.from_node(daemon.node, self.schema,
                                              sample_budget=learning.sample_capacity)
         self.keys = encode_keys(self.encoder, self.data.X_train)
         self.labels = self.data.y_train.numpy().astype(np.int64)
-        self.cache = KnowledgeCache(learning.key_dim, self.schema.num_classes)
-        self.policy = Distillation(beta=learning.distill_beta,
-                                   temperature=learning.distill_temperature,
-                                   r=learning.distill_r)
+        self.cache = KnowledgeCache(learning.knowledge.key_dim, self.schema.num_classes)
+        self.policy = Distillation(beta=learning.knowledge.beta,
+                                   temperature=learning.knowledge.temperature,
+                                   r=learning.knowledge.neighbours)
         # What the model learned survives a restart: the learner file, saved every round.
         self.learner = learnerstate.KnowledgeLearner(daemon.model, task=cfg.task.name,
                                                      model_name=cfg.task.model)

@@ -5,10 +5,11 @@ Daemon protocol it shares): the gossip state is a
 :class:`peerd.node.knowstate.KnowledgeState` under this fleet's view schema, the training
 :class:`peerd.learn.sensorround.SensorLearner`. The agent is ``[task] node_index`` of
 ``node_count``; ``[task] seed`` seeds the fleet-wide problem and every bucket's draw. Each
-round: drop stale views; take the current bucket ⌊now / cordial_bucket_s⌋ and the ones missed
-since the last round into the window; train on the freshest view of every peer agent that the
-manifest binds and the view bound and round guard admit (peerd.daemon.modes.cordial); publish
-h_i for every bucket of the window (ids k mod 65,536, sorted) under the node's next version;
+round: drop stale views; take the current bucket ⌊now / bucket_s⌋ ([learning.cordial]) and
+the ones missed since the last round into the window; train on the freshest view of every peer
+agent that the manifest binds and the view bound and round guard admit
+(peerd.daemon.modes.cordial); publish h_i for every bucket of the window (ids k mod 65,536,
+sorted) under the node's next version;
 save the learner (peerd.learn.learnerstate), which the next start restores.
 """
 
@@ -67,8 +68,8 @@ class SensorMode:
         self.daemon = daemon
         learning, task = daemon.cfg.learning, daemon.cfg.task
         self.index, self.agents = task.node_index, task.node_count
-        self.bucket_s = learning.cordial_bucket_s
-        self.schema = sensor_view_schema(self.agents, self.bucket_s, learning.cordial_window,
+        self.bucket_s = learning.cordial.bucket_s
+        self.schema = sensor_view_schema(self.agents, self.bucket_s, learning.cordial.window,
                                          task.seed)
         self.node = KnowledgeState.from_node(daemon.node, self.schema,
                                              sample_budget=learning.sample_capacity)
@@ -76,8 +77,8 @@ class SensorMode:
         bind_views(self.node, self.index)  # only the member an agent is speaks for it
         self.gate = ViewGate(self.node, self.index, self.agents)
         self.learner = SensorLearner(
-            SensorFleet(self.agents, task.seed), self.index, window=learning.cordial_window,
-            coordination=learning.cordial_coordination, batch_size=learning.batch_size,
+            SensorFleet(self.agents, task.seed), self.index, window=learning.cordial.window,
+            coordination=learning.cordial.coordination, batch_size=learning.batch_size,
             steps=learning.local_steps, bucket_s=self.bucket_s)
         learnerstate.restore(daemon.state, self.learner)
         self.last: SensorRoundOutput | None = None
