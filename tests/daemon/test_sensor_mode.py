@@ -14,7 +14,6 @@ import pytest
 import trio
 from typer.testing import CliRunner
 
-from peerd.cli.app import app
 from peerd.core.modes import ModeName
 from peerd.core.timebuckets import bucket_of
 from peerd.daemon.config import Config, CordialConfig
@@ -22,8 +21,7 @@ from peerd.daemon.daemon import Daemon
 from peerd.daemon.modes.sensors import SensorMode
 from peerd.net.gossip import SessionContext
 from peerd.node.knowstate import TypedHeld
-from tests.daemon.helpers import fleet_config
-from tests.daemon.test_daemon_membership import _keygen
+from tests.daemon.modefleet import mode_configs
 from tests.net.test_gossip import session
 
 runner = CliRunner()
@@ -40,23 +38,12 @@ class Clock:
 
 
 def _configs(tmp_path: Path, n: int, *, coordination: bool = True) -> list[Config]:
-    fleet = tmp_path / "fleet"
-    assert runner.invoke(app, ["fleet", "init", str(fleet)]).exit_code == 0
-    states = [tmp_path / f"st{i}" for i in range(n)]
-    for i, node_id in enumerate([_keygen(s) for s in states]):
-        out = runner.invoke(app, ["fleet", "admit", "--fleet", str(fleet), node_id,
-                                  "--agent", str(i)])
-        assert out.exit_code == 0, out.output
-    cfgs = []
-    for i, state in enumerate(states):
-        (tmp_path / f"c{i}").mkdir()
-        base = fleet_config(tmp_path / f"c{i}", fleet, state, with_manifest=True)
-        learning = dataclasses.replace(
-            base.learning, mode=ModeName.SENSORS, local_steps=10, batch_size=5,
-            cordial=CordialConfig(bucket_s=BUCKET_S, window=WINDOW, coordination=coordination))
-        task = dataclasses.replace(base.task, name="sensors", node_index=i, node_count=n, seed=4)
-        cfgs.append(dataclasses.replace(base, learning=learning, task=task))
-    return cfgs
+    """``n`` sensor agents of one fleet (tests.daemon.modefleet), with this module's buckets,
+    window and steps."""
+    return [dataclasses.replace(c, learning=dataclasses.replace(
+        c.learning, local_steps=10, batch_size=5,
+        cordial=CordialConfig(bucket_s=BUCKET_S, window=WINDOW, coordination=coordination)))
+        for c in mode_configs(tmp_path, ModeName.SENSORS, n)]
 
 
 def _mode(d: Daemon) -> SensorMode:
