@@ -27,6 +27,7 @@ from peerd.control.status import ConfigStatus
 
 # peerd.core.limits, not peerd.core.validate (torch): `peerd status` loads this module.
 from peerd.core.limits import ValidationLimits
+from peerd.core.modes import ModeName
 from peerd.core.updatenorm import NormAction, UpdateNormPolicy
 from peerd.daemon import config_limits as lim
 from peerd.daemon.config_checks import (
@@ -306,3 +307,9 @@ def load_config(path: Path) -> Config:
         return loads_config(data, source=path.resolve())
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def mode_of(cfg: Config) -> ModeName:
+    """The learning mode ``cfg`` runs (``[learning] mode``; the old sensors form is settled
+    into it when the config is read)."""
+    return cfg.learning.mode

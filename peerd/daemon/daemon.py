@@ -39,7 +39,7 @@ from peerd.control.status import Status
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
 from peerd.daemon import sdnotify
-from peerd.daemon.config import Config
+from peerd.daemon.config import Config, mode_of
 from peerd.daemon.host import Metrics
 from peerd.daemon.launch import load_data
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
@@ -134,7 +134,7 @@ class Daemon:
         #: The learning mode (peerd.daemon.modes): what the node gossips and how it trains.
         #: A typed mode's node state (knowledge, views) holds the same keys, manifest,
         #: ledger and counters as the one built above, under the mode's schema.
-        self.mode: Mode = build_mode(cfg.learning.mode, self)
+        self.mode: Mode = build_mode(mode_of(cfg), self)
         self.node = self.mode.node
         self._restore()
 

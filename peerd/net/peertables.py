@@ -65,15 +65,14 @@ class _Inbound:
 #: Set by the task serving one inbound connection (its context reaches the upgrade call).
 _INBOUND: ContextVar[_Inbound | None] = ContextVar("peerd_inbound_connection", default=None)
 
-#: Whether a peer id is kept (an admitted member) or forgotten once disconnected; must not
-#: raise (the transport passes :meth:`peerd.net.admission.Admission.admitted`).
+#: Whether a peer id is kept (an admitted member) or forgotten once disconnected.
 KeepPeer = Callable[[str], bool]
 
 
 class PeerTables:
     """The bounds and fences of mend 15 on one host; :meth:`install` once, before it runs."""
 
-    def __init__(self, host: IHost, keep: KeepPeer,
+    def __init__(self, host: IHost, keep: KeepPeer | None,
                  *, max_peers: int = MAX_LIBRARY_PEERS) -> None:
         self._host = host
         self._keep = keep
@@ -86,7 +85,7 @@ class PeerTables:
         self.evicted = 0
 
     def kept(self, peer_id: str) -> bool:
-        return self._keep(peer_id)
+        return self._keep is None or bool(self._keep(peer_id))
 
     def install(self) -> None:
         host: Any = self._host  # BasicHost's private parts are what is being mended

@@ -162,6 +162,9 @@ class Transport:
         )
         swarm = self._host.get_network()
         self._conns = SwarmConnections(swarm)
+        #: Mend 15: the library's per-peer tables bounded, its own handlers fenced.
+        self.library_tables = PeerTables(self._host, admit)
+        self.library_tables.install()
         # One retry: the caller (gossip) owns the back-off policy, not the library.
         swarm.retry_config = RetryConfig(max_retries=1)  # type: ignore[attr-defined]
         switch_off_auto_connector(swarm)  # mend 6
@@ -169,10 +172,6 @@ class Transport:
                                     max_probation=config.max_probation_connections,
                                     probation_s=config.probation_s,
                                     close=self._conns.close)
-        #: Mend 15: the library's per-peer tables bounded, its own handlers fenced; who is
-        #: kept is admission's verdict (a predicate that raises refuses).
-        self.library_tables = PeerTables(self._host, self._admission.admitted)
-        self.library_tables.install()
         if admit is not None:  # mend 8: members are never refused for want of a slot
             bypass_limits_when_admitted(swarm, self._admission.admitted)
         self.liveness = Liveness(self._conns.muxed, self._conns.close)  # mend 9
