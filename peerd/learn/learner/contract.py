@@ -97,6 +97,21 @@ class EvalResult:
     metrics: Metrics = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class LearnerContext:
+    """What a learner factory is built with (``entry`` names a callable that is not itself a
+    :class:`Learner`: it is called once per worker with this and must return one)."""
+
+    #: The node's peer id (12D3KooW…).
+    node_id: str
+    #: ``[learner] device``, resolved.
+    device: str
+    #: ``[learner.node_config]`` (Flower's ``Context.node_config``: ``"partition-id"``, …).
+    node_config: Mapping[str, Scalar] = field(default_factory=dict)
+    #: ``[learner.run_config]`` (Flower's ``Context.run_config``).
+    run_config: Mapping[str, Scalar] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Learner(Protocol):
     """The learner contract. Both calls may run long and may use any device; neither may
