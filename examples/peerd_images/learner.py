@@ -129,7 +129,7 @@ class ImageLearner:
                 task_loss = nn.functional.cross_entropy(model(x), y)
             # The proximal term in full precision, outside autocast.
             scaled: torch.Tensor = scaler.scale(task_loss.float() + prox.term())
-            scaled.backward()
+            scaled.backward()  # type: ignore[no-untyped-call]
             scaler.step(opt)
             scaler.update()
             sched.step()
