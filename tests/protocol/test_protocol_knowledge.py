@@ -436,7 +436,7 @@ def test_digest_items_carry_the_kind_only_when_typed() -> None:
     assert back.entries == (weights, typed)
 
 
-@pytest.mark.parametrize("fifth", ["weights", "views", 3, b"keys", None])
+@pytest.mark.parametrize("fifth", ["weights", "views", "", 3, b"keys", None])
 def test_digest_items_with_a_bad_kind_are_malformed(fifth: object) -> None:
     origin = body_dict(knowledge())["origin"]
     head = {"type": "digest", "v": 1, "entries": [[origin, 1, NOW, b"\x01" * 32, fifth]]}
