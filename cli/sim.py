@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from peerd.sim.engine import Engine
 
 Opt = typer.Option
+T = TypeVar("T")
 
 app = typer.Typer(
     help="Simulate N mobile agents on a Manhattan grid and compare aggregation algorithms "
@@ -37,66 +38,92 @@ app = typer.Typer(
 @app.callback(invoke_without_command=True)
 def sim(
     ctx: typer.Context,
-    dataset: Annotated[str, Opt(help="digits, mnist, fashion-mnist or breast_cancer.")] = "digits",
-    partition: Annotated[str, Opt(help="iid, shards or dirichlet:PI.")] = "shards",
-    agents: Annotated[int, Opt(help="Number of agents N.")] = 100,
-    rounds: Annotated[int, Opt(help="Number of rounds.")] = 100,
-    capacity: Annotated[str, Opt(help="Cache capacity C (peer models per agent), or "
-                                      "'unlimited' (C = N: every peer fits).")] = "10",
-    tau_max: Annotated[float, Opt(help="Staleness cutoff τ_max in rounds: an entry is kept "
+    dataset: Annotated[str, Opt(help="digits, mnist, fashion-mnist or breast_cancer (the "
+                                     "daemon's \\[task] name).")] = "digits",
+    partition: Annotated[str, Opt(help="iid, shards or dirichlet:PI (the daemon's \\[task] "
+                                       "partition).")] = "shards",
+    agents: Annotated[int, Opt(help="N \\[agents] (the daemon's \\[task] node_count).")] = 100,
+    rounds: Annotated[int, Opt(help="Length of the run \\[rounds].")] = 100,
+    capacity: Annotated[str, Opt(help="C \\[peer models per agent], or 'unlimited' (C = N: "
+                                      "every peer fits) (the daemon's \\[learning] "
+                                      "capacity).")] = "10",
+    tau_max: Annotated[float, Opt(help="Staleness cutoff τ_max \\[rounds]: an entry is kept "
                                        "while t − τ ≤ τ_max (the lecture's rule; the paper "
-                                       "drops it at t − τ ≥ τ_max, so its τ_max is this + 1).")
-                       ] = 5.0,
-    local_steps: Annotated[int, Opt(help="Local SGD steps K per round.")] = 10,
-    batch_size: Annotated[int, Opt(help="Mini-batch size.")] = 64,
-    lr: Annotated[float, Opt(help="Learning rate.")] = 0.1,
-    rho: Annotated[float, Opt(help="Proximal strength ρ.")] = 0.0,
+                                       "drops it at t − τ ≥ τ_max, so its τ_max is this + 1). "
+                                       "The daemon's \\[learning] tau_max is in seconds: this "
+                                       "× --round-interval-s.")] = 5.0,
+    local_steps: Annotated[int, Opt(help="K [SGD steps per round] (the daemon's \\[learning] "
+                                         "local_steps).")] = 10,
+    batch_size: Annotated[int, Opt(help="Mini-batch size \\[samples] (the daemon's \\[learning] "
+                                        "batch_size).")] = 64,
+    lr: Annotated[float, Opt(help="SGD learning rate \\[per step, unitless] (the daemon's "
+                                  "\\[learning] lr).")] = 0.1,
+    rho: Annotated[float, Opt(help="Proximal strength ρ \\[unitless] (the daemon's \\[learning] "
+                                   "rho).")] = 0.0,
     alpha: Annotated[
         str,
         Opt(
-            help="α policy: uniform, examples, examples-capped:CAP, "
-            "staleness:poly:A, staleness:hinge:A:B."
+            help="α policy: uniform, examples, examples-capped:CAP \\[samples], "
+            "staleness:poly:A, staleness:hinge:A:B \\[rounds] (the daemon's \\[learning] alpha)."
         ),
     ] = "uniform",
-    blend: Annotated[str, Opt(help="Blend rule (the daemon's [learning] blend): weighted, "
-                                   "median, trimmed[:β=0.1], clipped[:τ=1.0], krum[:f=1].")] = (
+    blend: Annotated[str, Opt(help="Blend rule (the daemon's \\[learning] blend): weighted, "
+                                   "median, trimmed[:β=0.1] \\[fraction], clipped[:τ=1.0] "
+                                   "[L2 norm], krum[:f=1] \\[models].")] = (
         "weighted"
     ),
-    local_policy: Annotated[str, Opt(help="Local policy (the daemon's [learning] local_policy): "
+    local_policy: Annotated[str, Opt(help="Local policy (the daemon's \\[learning] local_policy): "
                                           "plain or fedbss.")] = "plain",
-    fedbss_warmup_rounds: Annotated[int, Opt(help="fedbss: plain rounds first.")] = 20,
-    fedbss_epochs: Annotated[int, Opt(help="fedbss: local epochs E per round.")] = 10,
+    fedbss_warmup_rounds: Annotated[int, Opt(help="fedbss: plain rounds first \\[rounds] (the "
+                                                  "daemon's \\[learning.fedbss] "
+                                                  "warmup_rounds).")] = 20,
+    fedbss_epochs: Annotated[int, Opt(help="fedbss: E \\[local epochs per round] (the daemon's "
+                                           "\\[learning.fedbss] epochs).")] = 10,
     fedbss_steps: Annotated[int, Opt(help="fedbss: SGD steps per curriculum round, spread "
-                                          "over the E epochs (0 = full epochs; "
-                                          "--local-steps matches plain).")] = 0,
+                                          "over the E epochs \\[steps] (0 = full epochs; "
+                                          "--local-steps matches plain) (the daemon's "
+                                          "\\[learning.fedbss] steps).")] = 0,
     attack: Annotated[str, Opt(help="Poisoning by the attackers: none, sign-flip[:s=4], "
-                                    "gaussian[:k=1], label-flip, alie[:z], ipm[:ε=0.1].")] = (
+                                    "gaussian[:k=1], label-flip, alie[:z], ipm[:ε=0.1] "
+                                    "\\[scale factors, unitless].")] = (
         "none"
     ),
     attackers: Annotated[float, Opt(help="Fraction of agents that attack, in [0, 1) "
-                                         "(a seeded subset).")] = 0.0,
+                                         "\\[fraction of N] (a seeded subset).")] = 0.0,
     algorithms: Annotated[str, Opt(help="Comma list of cached-dfl, dfl, fedavg, isolated; "
-                                        "or fedcache[,isolated,cached-dfl] (knowledge runs).")] = (
+                                        "or fedcache[,isolated,cached-dfl] (knowledge runs: "
+                                        "the daemon's \\[learning] mode = \"knowledge\").")] = (
         "cached-dfl,dfl,fedavg"
     ),
-    fedcache_models: Annotated[str, Opt(help="fedcache: small, medium, large or mixed "
-                                             "(by client index mod 3).")] = "large",
-    beta: Annotated[float, Opt(help="fedcache: distillation weight β.")] = 1.5,
-    temperature: Annotated[float, Opt(help="fedcache: distillation temperature T.")] = 3.0,
-    neighbours: Annotated[int, Opt(help="fedcache: neighbours R averaged per sample.")] = 16,
-    key_dim: Annotated[int, Opt(help="fedcache: sample key dimensions.")] = 64,
-    seed: Annotated[int, Opt(help="Seed for data split, init, mobility and batches.")] = 0,
+    beta: Annotated[float, Opt(help="fedcache: distillation weight β \\[unitless] (the daemon's "
+                                    "\\[learning.knowledge] beta).")] = 1.5,
+    temperature: Annotated[float, Opt(help="fedcache: distillation temperature T \\[unitless] "
+                                           "(the daemon's \\[learning.knowledge] "
+                                           "temperature).")] = 3.0,
+    neighbours: Annotated[int, Opt(help="fedcache: R \\[neighbour samples averaged per sample] "
+                                        "(the daemon's \\[learning.knowledge] neighbours).")] = 16,
+    key_dim: Annotated[int, Opt(help="fedcache: sample key width \\[dimensions] (the daemon's "
+                                     "\\[learning.knowledge] key_dim).")] = 64,
+    seed: Annotated[int, Opt(help="Seed for data split, init, mobility and batches (the "
+                                  "daemon's \\[task] seed).")] = 0,
     out: Annotated[Path, Opt(help="Output folder for metrics and plots.")] = Path("sim-out"),
-    model: Annotated[str, Opt(help="cnn, mlp or linear (default: by dataset).")] = "",
-    round_seconds: Annotated[int, Opt(help="Seconds (1 s ticks) per round.")] = 120,
-    speed: Annotated[float, Opt(help="Agent speed, m/s.")] = 13.89,
-    comm_range: Annotated[float, Opt(help="Communication range, m.")] = 100.0,
-    blocks: Annotated[int, Opt(help="Grid size in blocks per side.")] = 10,
-    block_length: Annotated[float, Opt(help="Block side length, m.")] = 300.0,
-    eval_every: Annotated[int, Opt(help="Evaluate every this many rounds (and the last).")] = 1,
+    model: Annotated[str, Opt(help="The model (the daemon's \\[task] model): weight runs cnn, "
+                                   "mlp or linear (default: by dataset); fedcache runs small, "
+                                   "medium, large (default) or mixed (by client index "
+                                   "mod 3).")] = "",
+    round_interval_s: Annotated[int, Opt(help="Time between rounds \\[seconds], which the "
+                                              "agents move through in 1 s ticks (the "
+                                              "daemon's \\[learning] round_interval_s).")] = 120,
+    speed: Annotated[float, Opt(help="Agent speed \\[m/s].")] = 13.89,
+    comm_range: Annotated[float, Opt(help="Communication range \\[m].")] = 100.0,
+    blocks: Annotated[int, Opt(help="Grid size \\[blocks per side].")] = 10,
+    block_length: Annotated[float, Opt(help="Block side length \\[m].")] = 300.0,
+    eval_every: Annotated[int, Opt(help="Evaluate every this many rounds (and the last) "
+                                        "\\[rounds].")] = 1,
     stats_from: Annotated[int, Opt(help="Average the cache statistics from this round on "
-                                        "(skip the fill-up rounds).")] = 1,
-    eval_samples: Annotated[int, Opt(help="Test samples used (0 = the full test set).")] = 0,
+                                        "(skip the fill-up rounds) \\[round number].")] = 1,
+    eval_samples: Annotated[int, Opt(help="Test samples used (0 = the full test set) "
+                                          "\\[samples].")] = 0,
     mixed_schema: Annotated[bool, Opt(help="Each agent sees one feature group (tabular).")] = (
         False
     ),
@@ -109,10 +136,13 @@ def sim(
     address: Annotated[str, Opt(help="ray: the cluster's address (`ray start --head` prints "
                                      "it); empty: a local Ray.")] = "",
     workers: Annotated[int, Opt(help="ray: actors training shards (0 = one per cluster "
-                                     "CPU).")] = 0,
+                                     "CPU) \\[actors].")] = 0,
     shard_agents: Annotated[int, Opt(help="Agents per training shard, the unit of work on "
                                           "every engine (the numbers depend on it, not on the "
-                                          "engine).")] = 100,
+                                          "engine) \\[agents].")] = 100,
+    # Renamed to the config's names (issue 25): read for one release, with a notice.
+    round_seconds: Annotated[int | None, Opt("--round-seconds", hidden=True)] = None,
+    fedcache_models: Annotated[str | None, Opt("--fedcache-models", hidden=True)] = None,
     no_plots: Annotated[bool, Opt("--no-plots", help="Skip the PNG plots.")] = False,
     json_output: Annotated[bool, Opt("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
@@ -134,6 +164,8 @@ def sim(
     from peerd.sim.rayengine import RayEngine
     from peerd.sim.runner import SimConfig, run
 
+    round_interval_s = _renamed(ctx, "--round-seconds", round_seconds, round_interval_s)
+    fedcache_model = _renamed(ctx, "--fedcache-models", fedcache_models, model) or "large"
     names = tuple(a.strip() for a in algorithms.split(",") if a.strip())
     _check_engine(engine, address, workers, knowledge="fedcache" in names)
     cap = _capacity(capacity, agents)
@@ -154,10 +186,10 @@ def sim(
             raise typer.Exit(2)
 
         knowledge_cli(dataset=dataset, partition=partition, agents=agents, rounds=rounds,
-                      algorithms=names, models=fedcache_models, lr=lr, batch_size=batch_size,
+                      algorithms=names, models=fedcache_model, lr=lr, batch_size=batch_size,
                       beta=beta, temperature=temperature, r=neighbours, key_dim=key_dim,
                       seed=seed, eval_every=eval_every, capacity=cap, tau_max=tau_max,
-                      round_seconds=round_seconds, out=out, json_output=json_output)
+                      round_seconds=round_interval_s, out=out, json_output=json_output)
         return
     config = SimConfig(
         dataset=dataset,
@@ -181,7 +213,7 @@ def sim(
         algorithms=tuple(a.strip() for a in algorithms.split(",") if a.strip()),
         seed=seed,
         model=model,
-        round_seconds=round_seconds,
+        round_seconds=round_interval_s,
         speed=speed,
         comm_range=comm_range,
         blocks=blocks,
@@ -242,6 +274,29 @@ def sim(
         console.print(line)
 
 
+#: Flags renamed to the daemon config's names (issue 25), each read for one release: the old
+#: spelling -> its new one, the parameter behind it.
+RENAMED: dict[str, tuple[str, str]] = {
+    "--round-seconds": ("--round-interval-s", "round_interval_s"),
+    "--fedcache-models": ("--model", "model"),
+}
+
+
+def _renamed(ctx: typer.Context, old: str, old_value: T | None, value: T) -> T:
+    """The value of a renamed option: the old spelling's, with a one-line notice naming the
+    new one, if it was given; both spellings at once are an error naming both (as the
+    config's flat keys are)."""
+    if old_value is None:
+        return value
+    new, param = RENAMED[old]
+    # By name: typer's context is its own copy of click's, with its own enum.
+    source = ctx.get_parameter_source(param)
+    if source is not None and source.name == "COMMANDLINE":
+        _fail(f"{old} and {new} are one option: keep {new} only")
+    typer.echo(f"warning: {old} is deprecated: use {new}", err=True)
+    return old_value
+
+
 def _check_engine(engine: str, address: str, workers: int, *, knowledge: bool) -> None:
     """``--engine``/``--address``/``--workers``: one line on stderr and exit 2 if unusable."""
     from peerd.sim.rayengine import INSTALL_HINT, ray_available
@@ -266,7 +321,7 @@ def _fail(problem: str) -> NoReturn:
     from rich.markup import escape
 
     # escape: the install hint's 'peerd[ray]' is not a style.
-    Console(stderr=True).print(f"[red]error:[/red] {escape(problem)}")
+    Console(stderr=True).print(f"[red]error:[/red] {escape(problem)}", soft_wrap=True)
     raise typer.Exit(2)
 
 

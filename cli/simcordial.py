@@ -18,21 +18,23 @@ Opt = typer.Option
 
 def cordial(
     experiment: Annotated[str, Opt(help="linear (§6.1) or pairwise10 (§6.2.1).")] = "linear",
-    agents: Annotated[str, Opt(help="Comma list of agent counts N (default: 8,16,32 for "
-                                    "linear, 2,4,6 for pairwise10).")] = "",
+    agents: Annotated[str, Opt(help="Comma list of agent counts N \\[agents] (default: "
+                                    "8,16,32 for linear, 2,4,6 for pairwise10).")] = "",
     distributions: Annotated[str, Opt(help="linear: comma list of gaussian, laplace.")] = (
         "gaussian,laplace"
     ),
-    runs: Annotated[int, Opt(help="linear: independent runs per configuration.")] = 100,
-    iterations: Annotated[int, Opt(help="linear: iterations per run.")] = 20_000,
-    images_per_digit: Annotated[int, Opt(help="pairwise10: MNIST images per digit P.")] = 25,
-    epochs: Annotated[int, Opt(help="pairwise10: training epochs.")] = 300,
-    seeds: Annotated[int, Opt(help="pairwise10: random seeds per method and N.")] = 3,
+    runs: Annotated[int, Opt(help="linear: independent runs per configuration \\[runs].")] = 100,
+    iterations: Annotated[int, Opt(help="linear: iterations per run \\[SGD iterations].")] = 20_000,
+    images_per_digit: Annotated[int, Opt(help="pairwise10: P \\[images per digit] (the "
+                                              "daemon's \\[learning.cordial] "
+                                              "images_per_digit).")] = 25,
+    epochs: Annotated[int, Opt(help="pairwise10: training length \\[epochs].")] = 300,
+    seeds: Annotated[int, Opt(help="pairwise10: random seeds per method and N \\[seeds].")] = 3,
     methods: Annotated[str, Opt(help="pairwise10: comma list of isolated, cordial.")] = (
         "isolated,cordial"
     ),
-    seed: Annotated[int, Opt(help="Base seed.")] = 0,
-    threads: Annotated[int, Opt(help="torch CPU threads.")] = 1,
+    seed: Annotated[int, Opt(help="Base seed (the daemon's \\[task] seed).")] = 0,
+    threads: Annotated[int, Opt(help="torch CPU threads \\[threads].")] = 1,
     out: Annotated[Path, Opt(help="Output folder.")] = Path("sim-out/cordial"),
     no_plots: Annotated[bool, Opt("--no-plots", help="Skip the PNG plot.")] = False,
     json_output: Annotated[bool, Opt("--json", help="Print the summary as JSON.")] = False,

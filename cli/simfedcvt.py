@@ -46,19 +46,23 @@ def fedcvt(
     dataset: Annotated[str, Opt(help="breast_cancer or mnist (two-party vertical split).")] = (
         "breast_cancer"
     ),
-    aligned: Annotated[str, Opt(help="Comma list of aligned fractions, each in (0, 1).")] = (
+    aligned: Annotated[str, Opt(help="Comma list of aligned fractions, each in (0, 1) "
+                                     "\\[fraction of the samples].")] = (
         "0.1,0.3"
     ),
     seeds: Annotated[str, Opt(help="Comma list of seeds.")] = "0,1,2",
-    steps: Annotated[int, Opt(help="Optimizer steps per run (both methods).")] = 300,
-    batch_size: Annotated[int, Opt(help="Rows per batch (aligned, A-only, B-only each).")] = 64,
-    lr: Annotated[float, Opt(help="Adam learning rate.")] = 1e-3,
-    hidden: Annotated[int, Opt(help="Encoder hidden width.")] = 64,
-    dim: Annotated[int, Opt(help="Representation size per party (d_k).")] = 16,
-    threshold: Annotated[float, Opt(help="Pseudo-label confidence gate (each > this).")] = 0.5,
-    sharpen: Annotated[float, Opt(help="Attention sharpening temperature (0: off).")] = 0.1,
-    warmup_steps: Annotated[int, Opt(help="Steps before pseudo labels are used.")] = 50,
-    train_samples: Annotated[int, Opt(help="Training people used (0: all).")] = 0,
+    steps: Annotated[int, Opt(help="Optimizer steps per run (both methods) \\[steps].")] = 300,
+    batch_size: Annotated[int, Opt(help="Rows per batch (aligned, A-only, B-only each) "
+                                         "\\[samples].")] = 64,
+    lr: Annotated[float, Opt(help="Adam learning rate \\[per step, unitless].")] = 1e-3,
+    hidden: Annotated[int, Opt(help="Encoder hidden width \\[units].")] = 64,
+    dim: Annotated[int, Opt(help="Representation size per party d_k \\[dimensions].")] = 16,
+    threshold: Annotated[float, Opt(help="Pseudo-label confidence gate (each > this) "
+                                           "\\[probability].")] = 0.5,
+    sharpen: Annotated[float, Opt(help="Attention sharpening temperature (0: off) "
+                                         "\\[unitless].")] = 0.1,
+    warmup_steps: Annotated[int, Opt(help="Steps before pseudo labels are used \\[steps].")] = 50,
+    train_samples: Annotated[int, Opt(help="Training samples used (0: all) \\[samples].")] = 0,
     no_pseudo_labels: Annotated[bool, Opt("--no-pseudo-labels",
                                           help="Ablation: no gate, B-only rows unused.")] = False,
     no_fill: Annotated[bool, Opt("--no-fill", help="Ablation: no attention fill (needs "

@@ -9,7 +9,7 @@ best accuracy on its own test split; the traffic every method moved.
   local policy :class:`peerd.core.distill.Distillation`; teachers come from a
   :class:`peerd.learn.knowcache.KnowledgeCache` holding every other client's latest
   knowledge (all-to-all contact: what FedCache's server gives, without one). Models may
-  differ: ``--fedcache-models mixed`` assigns small / medium / large by client index mod 3.
+  differ: ``--model mixed`` assigns small / medium / large by client index mod 3.
 * ``isolated``: the same clients and models, local cross-entropy only (β = 0 distillation).
 * ``cached-dfl``: weight exchange on the same partition and test splits, over the mobility
   model (:mod:`peerd.sim.mobility`); weights need one architecture, so every client runs the
@@ -88,11 +88,29 @@ class KnowledgeSimConfig:
         if not (self.lr > 0 and self.dirichlet > 0):
             raise ValueError("lr and the Dirichlet concentration must be > 0")
         if self.models != "mixed" and self.models not in MIXED:
-            raise ValueError(f"models must be small, medium, large or mixed, got {self.models}")
+            raise ValueError(f"--model must be small, medium, large or mixed in fedcache runs, "
+                             f"got {self.models!r}")
         Distillation(self.beta, self.temperature, self.r)  # validates
 
     def model_of(self, agent: int) -> str:
         return MIXED[agent % 3] if self.models == "mixed" else self.models
+
+
+#: ``--json``'s config block names each option as its flag (and the daemon's config) does,
+#: not as the field it is kept in here.
+_JSON_NAMES = {"r": "neighbours", "models": "model", "round_seconds": "round_interval_s"}
+
+
+def config_json(config: KnowledgeSimConfig) -> dict[str, Any]:
+    """The options of a run, under their flags' names (``--partition dirichlet:A``)."""
+    out: dict[str, Any] = {}
+    for name, value in asdict(config).items():
+        if name == "dirichlet":
+            out["partition"] = f"dirichlet:{value:g}"
+        else:
+            out[_JSON_NAMES.get(name, name)] = value
+    out["algorithms"] = list(config.algorithms)
+    return out
 
 
 @dataclass
@@ -105,7 +123,7 @@ class KnowledgeResult:
     info: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
-        return {"config": asdict(self.config) | {"algorithms": list(self.config.algorithms)},
+        return {"config": config_json(self.config),
                 "maua": self.maua, "traffic_bytes": self.traffic, "info": self.info,
                 "curves": {a: [list(row) for row in c] for a, c in self.curves.items()}}
 

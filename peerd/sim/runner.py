@@ -44,6 +44,9 @@ from peerd.sim.engine import Engine, LocalEngine, TrainMode, TrainSetup, TrainTa
 from peerd.sim.mobility import GridConfig, ManhattanMobility, contacts
 from peerd.sim.train import evaluate, model_schema
 
+#: Fields kept here under another name than their flag's (and the daemon config's).
+_JSON_NAMES = {"round_seconds": "round_interval_s"}
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -138,7 +141,9 @@ class SimConfig:
         return threat_of(self.attack, self.attackers, self.agents, self.seed)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        """The options of the run, under their flags' names (the daemon config's, where it has
+        the knob): ``--json``'s and summary.json's config block."""
+        d = {_JSON_NAMES.get(k, k): v for k, v in asdict(self).items()}
         d["algorithms"] = list(self.algorithms)
         d["attacker_count"] = len(self.threat().attackers)
         return d

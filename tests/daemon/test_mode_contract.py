@@ -3,11 +3,12 @@
 line more. Real ``Daemon`` objects in one process (no sockets); gossip through the real
 session code over an in-memory pipe.
 
-A mode must: start and say which it is (status, audit); run a round that publishes a signed
-own entry under the node's next version, with the counters on disk and, where it has one,
-its learner file; reach a peer of its mode through a session, and be reached; come back
-after a restart at the round and version it had; and refuse what a node of another mode
-publishes (another schema or kind), holding none of it.
+A mode must: start and say which it is (status and its ``--json``: mode, blend, local
+policy; audit); run a round that publishes a signed own entry under the node's next version,
+with the counters on disk and, where it has one, its learner file; reach a peer of its mode
+through a session, and be reached; come back after a restart at the round and version it
+had, holding its peer's entry again; and refuse what a node of another mode publishes
+(another schema or kind), holding none of it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from peerd.control.status import to_json
 from peerd.core.modes import ModeName
+from peerd.daemon.config_learning import what_runs
 from peerd.daemon.daemon import Daemon
 from peerd.daemon.modes import MODES
 from peerd.net.gossip import SessionContext
@@ -72,11 +75,22 @@ def test_a_mode_starts_rounds_publishes_gossips_and_restores(tmp_path: Path,
         status = d.status()
         assert status.node.round == 2
         assert (status.views is not None) == (mode in WITH_BLOCK)
+        # The status says what runs, in `peerd status --json` too, and guesses nothing.
+        runs = what_runs(d.cfg.learning)
+        assert (status.config.mode, status.config.blend, status.config.local_policy) == (
+            str(runs[0]), runs[1], runs[2])
+        shown = to_json(status)["config"]
+        assert (shown["mode"], shown["blend"], shown["local_policy"]) == (
+            str(mode), runs[1], runs[2])
 
     version = a.metrics.version
+    a._persist()  # what the end of a daemon's session runs (the pipe here bypasses it)
     restarted = Daemon(a.cfg, clock=clock)
     assert restarted.mode.name is mode
     assert (restarted.node.round, restarted.metrics.version) == (2, version)
+    # What it held comes back from its state directory: its peer's entry, still its mode's.
+    assert b.node.id in {i.meta.origin for i in restarted.node.cache}, mode
+    assert restarted.status().config.mode == str(mode)
     trio.run(restarted._round)
     assert restarted.metrics.round == 3
     assert restarted.metrics.version > version  # never a version twice

@@ -1,16 +1,27 @@
-"""Knowledge mode's gossip state: knowledge and keys entries through real sessions (in
-memory), the keys-by-reference rule, relays, the sample budget and kinds that do not mix."""
+"""Knowledge mode's gossip state, for both layouts a ``KnowledgeState`` holds: FedCache
+(knowledge entries that name a keys entry) and views (issue 17: knowledge entries under a view
+schema, no keys). Through real sessions (in memory), both layouts travel, relay, age out,
+respect the sample budget, survive a restart and ignore entries of another kind; then what
+only FedCache has (the keys-by-reference rule) and what only views have."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from peerd.core.reasons import Reason
 from peerd.core.validate import ValidationLimits
-from peerd.node.knowstate import KnowledgeState, sign_own_keys, sign_own_knowledge
+from peerd.node.knowstate import (
+    KnowledgeState,
+    sign_own_keys,
+    sign_own_knowledge,
+    sign_own_view,
+)
 from peerd.node.state import NodeState
 from peerd.protocol.kinds import KEYS, KNOWLEDGE
 from peerd.protocol.knowledge import KnowledgeSchema
@@ -21,6 +32,8 @@ from tests.net.test_gossip import ADMIN, publish, session, signed_node
 from tests.node.fleet import FLEET, NOW, SCHEMA, key, manifest
 
 KS = KnowledgeSchema(key_dim=4, num_classes=3, encoder="test", max_samples=64)
+VS = KnowledgeSchema(key_dim=4, num_classes=10, encoder="test-views", max_samples=64,
+                     view_ids=1000)
 A, B, C = key(11), key(12), key(13)
 
 
@@ -30,14 +43,24 @@ def unit(n: int, seed: int) -> npt.NDArray[np.float32]:
     return out
 
 
-def knode(k: object, *members: object, capacity: int = 5,
-          budget: int | None = None) -> KnowledgeState:
+def _node(schema: KnowledgeSchema, k: object, members: tuple[object, ...], capacity: int,
+          budget: int | None) -> KnowledgeState:
     man: Manifest = manifest(*members)  # type: ignore[arg-type]
     n = KnowledgeState(key=k, fleet_id=FLEET, manifest=man, schema=SCHEMA,  # type: ignore[arg-type]
                        limits=ValidationLimits(), tau_max=600.0, capacity=capacity,
-                       knowledge=KS, sample_budget=budget)
+                       knowledge=schema, sample_budget=budget)
     n.manifest_envelope = man.sign(ADMIN)
     return n
+
+
+def knode(k: object, *members: object, capacity: int = 5,
+          budget: int | None = None) -> KnowledgeState:
+    return _node(KS, k, members, capacity, budget)
+
+
+def vnode(k: object, *members: object, capacity: int = 5,
+          budget: int | None = None) -> KnowledgeState:
+    return _node(VS, k, members, capacity, budget)
 
 
 def publish_knowledge(n: KnowledgeState, version: int, rows: int = 5, *, seed: int = 0,
@@ -55,42 +78,150 @@ def publish_knowledge(n: KnowledgeState, version: int, rows: int = 5, *, seed: i
     n.own = held
 
 
-def held_kinds(n: KnowledgeState) -> list[tuple[str, str, int]]:
-    return sorted((h.entry.meta.kind, h.entry.meta.origin[-4:], h.entry.meta.version)
-                  for h in n.holdings() if h is not n.own and h is not n.own_keys)
+def publish_view(n: KnowledgeState, version: int, ids: list[int], *,
+                 at: float = NOW) -> None:
+    vectors = np.full((len(ids), 4), float(version), np.float32)
+    vectors[:, 0] = ids
+    held = sign_own_view(n.key, FLEET, VS, version=version, created_at=at,
+                         ids=np.array(ids, np.int32), vectors=vectors)
+    n.set_own(held.entry, held.message)
+    n.own = held
 
 
-def test_knowledge_and_its_keys_travel_and_join() -> None:
+# ---------------------------------------------------------------------------- both layouts
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    node: Callable[..., KnowledgeState]
+    #: Entries one origin's first publication puts on the wire (knowledge + keys, or a view).
+    first: int
+
+    def publish(self, n: KnowledgeState, version: int, rows: int = 5, *,
+                at: float = NOW) -> None:
+        if self.node is knode:
+            publish_knowledge(n, version, rows, at=at)
+        else:
+            publish_view(n, version, list(range(rows)), at=at)
+
+    def read(self, n: KnowledgeState) -> list[tuple[str, int, int]]:
+        """What the round reads of ``n``'s cache: (origin, version, rows) per peer."""
+        if self.node is knode:
+            return [(r.origin, r.version, len(r.logits)) for r in n.batches()]
+        return [(v.origin, v.version, len(v.ids)) for v in n.views()]
+
+
+FEDCACHE_LAYOUT = Layout("fedcache", knode, 2)
+VIEW_LAYOUT = Layout("views", vnode, 1)
+LAYOUTS = [pytest.param(FEDCACHE_LAYOUT, id="fedcache"), pytest.param(VIEW_LAYOUT, id="views")]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_entries_travel_once_and_the_freshest_is_read(layout: Layout) -> None:
+    a, b = layout.node(A, A, B), layout.node(B, A, B)
+    layout.publish(a, 2, rows=5)
+    layout.publish(b, 8, rows=7)
+    ra, rb = session(a, b)
+    assert (ra.received, rb.received) == (layout.first, layout.first)
+    assert [(i.meta.kind, i.meta.origin, i.meta.version) for i in a.cache] == [
+        (KNOWLEDGE, b.id, 8)]
+    assert layout.read(a) == [(b.id, 8, 7)]
+    # A second session moves nothing; the next round's entry travels alone.
+    ra, rb = session(a, b)
+    assert (ra.received, rb.received) == (0, 0)
+    layout.publish(b, 9, rows=7)
+    ra, rb = session(a, b)
+    assert (ra.received, rb.received) == (1, 0)
+    assert layout.read(a) == [(b.id, 9, 7)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_relay_hands_entries_on_and_they_age_out(layout: Layout) -> None:
+    a, b, c = layout.node(A, A, B, C), layout.node(B, A, B, C), layout.node(C, A, B, C)
+    layout.publish(a, 3, at=NOW)
+    session(a, b)
+    into_c, _ = session(c, b)  # c has never met a
+    assert into_c.received == layout.first
+    assert [r[0] for r in layout.read(c)] == [a.id]
+    c.expire(NOW + 601)  # τ_max
+    assert (c.cache, c.keys, layout.read(c)) == ([], {}, [])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_sample_budget_keeps_the_freshest_that_fit(layout: Layout) -> None:
+    a, b = layout.node(A, A, B, C), layout.node(B, A, B, C)
+    c = layout.node(C, A, B, C, budget=12)
+    layout.publish(a, 2, rows=8, at=NOW - 5)
+    layout.publish(b, 2, rows=8, at=NOW)
+    session(a, c)
+    session(b, c)
+    assert [i.meta.origin for i in c.cache] == [b.id]  # 8 + 8 > 12: the fresher one stays
+    assert [r[0] for r in layout.read(c)] == [b.id]
+    assert c.dropped[str(Reason.EVICTED)] == 1
+
+
+def _weights(k: object, *members: object) -> NodeState:
+    return signed_node(k, 1, *members)
+
+
+def _publish_weights(n: NodeState, version: int) -> None:
+    publish(n, version)
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [
+    pytest.param(FEDCACHE_LAYOUT, None, id="fedcache-weights"),
+    pytest.param(VIEW_LAYOUT, FEDCACHE_LAYOUT, id="views-fedcache"),
+    pytest.param(VIEW_LAYOUT, None, id="views-weights"),
+])
+def test_nodes_of_other_kinds_ignore_each_others_entries(ours: Layout,
+                                                         theirs: Layout | None) -> None:
+    mine = ours.node(A, A, B)
+    other: NodeState = theirs.node(B, A, B) if theirs else _weights(B, A, B)
+    ours.publish(mine, 3)
+    if theirs is None:
+        _publish_weights(other, 4)
+    else:
+        theirs.publish(other, 4)  # type: ignore[arg-type]
+    rm, ro = session(mine, other)
+    assert (rm.received, ro.received) == (0, 0)  # neither wants what it cannot use
+    assert (mine.cache, other.cache) == ([], [])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_entries_survive_a_restart_and_a_weight_node_refuses_them(tmp_path: Path,
+                                                                  layout: Layout) -> None:
+    a, b = layout.node(A, A, B), layout.node(B, A, B)
+    layout.publish(a, 2)
+    session(a, b)
+    state = StateDir(tmp_path / "b")
+    persist.save_cache(state, b, set())
+    fresh = layout.node(B, A, B)
+    restored = persist.restore(state, fresh, now=NOW)
+    assert (restored.cached, restored.refused) == (1, 0)
+    assert [(i.meta.kind, i.meta.origin) for i in fresh.cache] == [(KNOWLEDGE, a.id)]
+    # A weight node refuses the files (and deletes them).
+    weights = _weights(B, A, B)
+    assert persist.restore(state, weights, now=NOW).refused == 1
+    assert weights.cache == []
+
+
+# ---------------------------------------------------------------------------- FedCache only
+
+
+def test_knowledge_is_joined_with_its_keys() -> None:
     a, b = knode(A, A, B), knode(B, A, B)
     publish_knowledge(a, 2, rows=5, seed=1)
     publish_knowledge(b, 8, rows=7, seed=2)
-    ra, rb = session(a, b)
-    assert (ra.received, rb.received) == (2, 2)  # a knowledge entry and its keys each way
-    assert [(i.meta.kind, i.meta.origin, i.meta.version) for i in a.cache] == [
-        (KNOWLEDGE, b.id, 8)]
+    session(a, b)
     assert a.keys[b.id].entry.meta.kind == KEYS
     (rows,) = a.batches()
-    assert (rows.origin, rows.version, rows.keys.shape, rows.logits.shape) == (b.id, 8, (7, 4),
-                                                                             (7, 3))
+    assert (rows.keys.shape, rows.logits.shape) == ((7, 4), (7, 3))
     assert rows.labels.tolist() == [0, 1, 2, 0, 1, 2, 0]
     np.testing.assert_allclose(rows.keys, unit(7, 2), atol=2e-3)
-    # A second session moves nothing; the next round's knowledge travels without its keys.
-    ra, rb = session(a, b)
-    assert (ra.received, rb.received) == (0, 0)
     publish_knowledge(b, 9, rows=7, seed=2)
-    ra, rb = session(a, b)
-    assert (ra.received, rb.received) == (1, 0)
-    assert a.batches()[0].version == 9
-    assert a.keys[b.id].entry.meta.version == 7  # the same keys entry, still named
-
-
-def test_a_relay_hands_on_knowledge_with_its_keys() -> None:
-    a, b, c = knode(A, A, B, C), knode(B, A, B, C), knode(C, A, B, C)
-    publish_knowledge(a, 3)
     session(a, b)
-    into_c, _ = session(c, b)  # c has never met a
-    assert into_c.received == 2
-    assert [r.origin for r in c.batches()] == [a.id]
+    assert a.keys[b.id].entry.meta.version == 7  # the same keys entry, still named
 
 
 def test_changed_keys_replace_the_old_ones() -> None:
@@ -115,13 +246,14 @@ def test_keys_nobody_names_are_dropped() -> None:
     assert b.dropped[str(Reason.UNREFERENCED)] == 1
 
 
-def test_keys_go_when_their_knowledge_expires() -> None:
-    a, b = knode(A, A, B), knode(B, A, B)
-    publish_knowledge(a, 2, at=NOW)
-    session(a, b)
-    assert a.id in b.keys
-    b.expire(NOW + 601)
-    assert (b.cache, b.keys) == ([], {})
+def test_keys_go_with_their_evicted_knowledge() -> None:
+    # (Expiry takes them too: test_a_relay_hands_entries_on_and_they_age_out.)
+    a, b, c = knode(A, A, B, C), knode(B, A, B, C), knode(C, A, B, C, budget=12)
+    publish_knowledge(a, 2, rows=8, at=NOW - 5)
+    publish_knowledge(b, 2, rows=8, at=NOW)
+    session(a, c)
+    session(b, c)
+    assert list(c.keys) == [b.id]
 
 
 def test_knowledge_waiting_for_its_keys_is_not_joined() -> None:
@@ -133,43 +265,17 @@ def test_knowledge_waiting_for_its_keys_is_not_joined() -> None:
     assert b.wants(a.digest(), NOW).items == ((a.id, 1),)  # asks for exactly those keys
 
 
-def test_capacity_in_samples_keeps_the_freshest_that_fit() -> None:
-    a, b, c = knode(A, A, B, C), knode(B, A, B, C), knode(C, A, B, C, budget=12)
-    publish_knowledge(a, 2, rows=8, at=NOW - 5)
-    publish_knowledge(b, 2, rows=8, at=NOW)
-    session(a, c)
-    session(b, c)
-    assert [i.meta.origin for i in c.cache] == [b.id]  # 8 + 8 > 12: the fresher one stays
-    assert c.dropped[str(Reason.EVICTED)] == 1
-    assert list(c.keys) == [b.id]
-
-
-def test_weight_and_knowledge_nodes_ignore_each_others_entries() -> None:
-    w: NodeState = signed_node(A, 1, A, B)
-    k = knode(B, A, B)
-    publish(w, 3)
-    publish_knowledge(k, 4)
-    rw, rk = session(w, k)
-    assert (rw.received, rk.received) == (0, 0)  # neither wants what it cannot use
-    assert (w.cache, k.cache) == ([], [])
-
-
-def test_knowledge_survives_a_restart_and_its_keys_are_asked_for_again(tmp_path: Path) -> None:
+def test_restored_knowledge_asks_for_its_keys_again(tmp_path: Path) -> None:
     a, b = knode(A, A, B), knode(B, A, B)
     publish_knowledge(a, 2)
     session(a, b)
     state = StateDir(tmp_path / "b")
     persist.save_cache(state, b, set())
     fresh = knode(B, A, B)
-    restored = persist.restore(state, fresh, now=NOW)
-    assert (restored.cached, restored.refused) == (1, 0)
-    assert [(i.meta.kind, i.meta.origin) for i in fresh.cache] == [(KNOWLEDGE, a.id)]
+    persist.restore(state, fresh, now=NOW)
     assert fresh.keys == {}  # not persisted: fetched again, by the digest its entry names
+    assert fresh.batches() == []
     assert fresh.wants(a.digest(), NOW).items == ((a.id, 1),)
-    # A weight node refuses the knowledge node's files (and deletes them).
-    weights = signed_node(B, 1, A, B)
-    assert persist.restore(state, weights, now=NOW).refused == 1
-    assert weights.cache == []
 
 
 def test_knowledge_naming_rows_its_keys_lack_is_dropped() -> None:
@@ -186,3 +292,22 @@ def test_knowledge_naming_rows_its_keys_lack_is_dropped() -> None:
     assert b.batches() == []
     assert (b.cache, b.keys) == ([], {})
     assert b.rejected[str(Reason.PAYLOAD_MISMATCH)] == 1
+
+
+# ---------------------------------------------------------------------------- views only
+
+
+def test_views_name_no_keys_and_carry_their_ids_and_vectors(tmp_path: Path) -> None:
+    a, b = vnode(A, A, B), vnode(B, A, B)
+    publish_view(a, 2, [5, 7, 900])
+    publish_view(b, 3, [1, 2])
+    session(a, b)
+    (view,) = a.views()
+    assert view.ids.tolist() == [1, 2]
+    np.testing.assert_array_equal(view.vectors[:, 0], [1, 2])
+    assert (a.keys, a.batches()) == ({}, [])  # nothing to join: views name no keys
+    state = StateDir(tmp_path / "a")
+    persist.save_cache(state, a, set())
+    fresh = vnode(A, A, B)
+    persist.restore(state, fresh, now=NOW)
+    assert fresh.views()[0].ids.tolist() == [1, 2]  # read at once: no keys to wait for

@@ -104,5 +104,5 @@ def test_the_cli_entry_writes_its_json_and_refuses_bad_input(tmp_path: Path,
 def test_bad_configs_are_refused() -> None:
     for bad in (dict(algorithms=("fedavg",)), dict(models="huge"), dict(agents=1),
                 dict(beta=-1.0), dict(r=0)):
-        with pytest.raises(ValueError, match=r"algorithm|models|agents|beta|r must"):
+        with pytest.raises(ValueError, match=r"algorithm|model|agents|beta|r must"):
             KnowledgeSimConfig(**bad).validate()

@@ -79,7 +79,7 @@ def test_cli_blend_flag(tmp_path: Path) -> None:
     assert "--blend applies to weight runs" in fedcache.output
     ok = CliRunner().invoke(app, [
         "sim", "--agents", "6", "--rounds", "2", "--local-steps", "2", "--capacity", "4",
-        "--algorithms", "cached-dfl", "--blocks", "2", "--round-seconds", "20",
+        "--algorithms", "cached-dfl", "--blocks", "2", "--round-interval-s", "20",
         "--blend", "clipped:2.0", "--out", str(tmp_path / "run"), "--no-plots", "--json"])
     assert ok.exit_code == 0, ok.output
     doc = json.loads(ok.stdout)

@@ -153,7 +153,7 @@ def test_cli_json(tmp_path: Path) -> None:
             "cached-dfl,isolated",
             "--blocks",
             "2",
-            "--round-seconds",
+            "--round-interval-s",
             "20",
             "--seed",
             "3",
