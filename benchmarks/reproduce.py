@@ -115,6 +115,11 @@ class Outputs:
         )
 
 
+#: SimConfig fields whose flag is not the field's name: the flag is the daemon config's key
+#: (``peerd sim``'s old spelling is a deprecated alias, docs/simulator.md).
+_FLAG_NAMES = {"round_seconds": "round-interval-s"}
+
+
 def command(config: Any) -> str:
     """The ``peerd sim`` command line that gives ``config`` (options that differ from the
     defaults only)."""
@@ -126,7 +131,7 @@ def command(config: Any) -> str:
         value, base = getattr(config, fl.name), getattr(default, fl.name)
         if value == base:
             continue
-        flag = "--" + fl.name.replace("_", "-")
+        flag = "--" + _FLAG_NAMES.get(fl.name, fl.name.replace("_", "-"))
         if fl.name == "batched":
             parts.append("--per-agent-loop")
         elif fl.name == "mixed_schema":

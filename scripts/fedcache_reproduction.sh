@@ -4,7 +4,7 @@
 # after every round, so a cut run keeps its curves). Each run is the same as
 #   peerd sim --dataset fashion-mnist --partition dirichlet:1.0 --agents 300 --rounds 400 \
 #     --lr 0.01 --batch-size 8 --beta 1.5 --temperature 3 --neighbours R --key-dim 64 \
-#     --capacity 10 --tau-max 5 --round-seconds 120 --algorithms ALG --fedcache-models MODELS
+#     --capacity 10 --tau-max 5 --round-interval-s 120 --algorithms ALG --model MODELS
 # run through knowledge_cli directly, so that a machine with torch but without peerd's other
 # dependencies (typer, libp2p) can run it with PYTHONPATH=. (the docs' runs: 16 cores).
 #   OUT=folder [SET=main|extra] [PY=python] [LIMIT=470] [K=300] [CARRY=.devcarry] \
