@@ -1,0 +1,1 @@
+"""flowerapp: a Flower / PyTorch app."""
