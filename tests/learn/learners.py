@@ -115,12 +115,9 @@ def _examples(lr: AdamWLearner, params: Params, anchor: Params,
 
 
 def _kill(lr: AdamWLearner, params: Params, anchor: Params, config: FitConfig) -> FitResult:
-    """SIGKILLs its own worker mid-fit (while the file ``PEERD_TEST_KILL`` names exists, when
-    that variable is set)."""
-    flag = os.environ.get("PEERD_TEST_KILL")
-    if flag is None or Path(flag).exists():
-        os.kill(os.getpid(), signal.SIGKILL)
-    return AdamWLearner.fit(lr, params, anchor, config)
+    """SIGKILLs its own worker mid-fit."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
 
 
 def _write(lr: AdamWLearner, params: Params, anchor: Params, config: FitConfig) -> FitResult:
@@ -136,12 +133,22 @@ BEHAVIOURS = {"train": AdamWLearner.fit, "raise": _raise, "hang": _hang, "nan": 
 
 
 class Scripted(AdamWLearner):
-    """Does what ``run_config["do"]`` says (else its ``default``: ``[learner.node_config] do``
-    when built with a context), so that one worker can show every way of failing in turn."""
+    """Does what ``run_config["do"]`` says, else the file ``PEERD_TEST_DO`` names, else its
+    ``default`` (``[learner.node_config] do`` when built with a context): one worker shows
+    every way of failing in turn."""
 
     def fit(self, params: Params, anchor: Params, config: FitConfig) -> FitResult:
-        do = str(config.run_config.get("do", self.default))
+        do = str(config.run_config.get("do", _from_file() or self.default))
         return BEHAVIOURS[do](self, params, anchor, config)
+
+
+def _from_file() -> str | None:
+    """What the file ``PEERD_TEST_DO`` names says, if it exists: a daemon test switches its
+    worker's behaviour between rounds by writing it."""
+    name = os.environ.get("PEERD_TEST_DO")
+    if name is None or not Path(name).exists():
+        return None
+    return Path(name).read_text().strip() or None
 
 
 def scripted(context: LearnerContext) -> Scripted:
