@@ -197,7 +197,8 @@ class Config:
                             rho=lc.rho, local_steps=lc.local_steps, alpha=lc.alpha,
                             epsilon=lc.epsilon, max_silence_s=lc.silence_limit_s,
                             round_interval_s=lc.round_interval_s, task=self.task.name,
-                            mode=mode.value, blend=blend, local_policy=local_policy)
+                            mode=mode.value, blend=blend, local_policy=local_policy,
+                            learner=self.learner.kind)
 
     @classmethod
     def default(cls, admin_public_key: bytes, fleet_id: bytes, *,

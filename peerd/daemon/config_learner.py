@@ -130,7 +130,7 @@ def read_learner(raw: Any) -> LearnerConfig:
         raise ConfigError(f"[learner] {unknown[0]}: unknown key "
                           f"(known: {', '.join(sorted(known))})")
     values = check_table("[learner]", flat, LEARNER_CHECKS)
-    tables = {name: _scalar_table(f"[learner.{name}]", raw[name])
+    tables: dict[str, Any] = {name: _scalar_table(f"[learner.{name}]", raw[name])
               for name in SUBTABLES if name in raw}
     learner = LearnerConfig(**values, **tables)
     kind = learner.kind

@@ -515,4 +515,6 @@ class Daemon:
                                     "duplicates_avoided": self._inflight.deduplicated,
                                     **self.gossip_counts},
                             libp2p=None if t is None else t.library_tables.counts(),
-                            views=self.mode.status_block(self.now()))
+                            views=self.mode.status_block(self.now()),
+                            learner=self.mode.learner_block()
+                            if isinstance(self.mode, WeightsMode) else None)

@@ -20,7 +20,7 @@ from peerd.daemon.config import Config, LearnerConfig
 from peerd.daemon.daemon import Daemon
 from peerd.daemon.modes.weights import WeightsMode
 from peerd.daemon.startup import DaemonError
-from peerd.learn.learner.worker import BACKOFF_BASE_S
+from peerd.learn.learner.worker import BACKOFF_BASE_S, WorkerLearner
 from tests.daemon.modefleet import Clock, mode_configs
 from tests.daemon.test_mode_contract import _gossip
 from tests.learn import learners
@@ -38,6 +38,12 @@ def weights(d: Daemon) -> WeightsMode:
     return d.mode
 
 
+def worker(d: Daemon) -> WorkerLearner:
+    w = weights(d).worker
+    assert w is not None
+    return w
+
+
 def test_a_python_learner_trains_publishes_fails_and_recovers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     do = tmp_path / "do"  # what the learners do next (tests.learn.learners.Scripted)
@@ -50,8 +56,7 @@ def test_a_python_learner_trains_publishes_fails_and_recovers(
         assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(),
                                                      b.model.state_dict().values(),
                                                      strict=True))
-        assert weights(a).worker is not None
-        assert weights(a).worker.pid is not None  # started with the daemon
+        assert worker(a).pid is not None  # started with the daemon
         before = {k: v.clone() for k, v in a.model.state_dict().items()}
         for d in (a, b):
             trio.run(d._round)
@@ -80,7 +85,13 @@ def test_a_python_learner_trains_publishes_fails_and_recovers(
         assert [(i.meta.origin, i.meta.version) for i in a.node.cache] == cache
         assert stats.failed["raised"] == 1
         assert (stats.last_failure, stats.last_detail) == ("raised", "ValueError: bad batch")
-        assert a.status().node.round == a.node.round  # still answering
+        status = a.status()  # still answering, and saying why
+        assert status.node.round == a.node.round
+        assert status.config.learner == "python"
+        assert status.learner is not None
+        assert (status.learner.failed["raised"], status.learner.last_failure) == (1, "raised")
+        assert status.learner.worker_pid == worker(a).pid
+        assert status.learner.metrics.keys() == {"train_loss", "lr"}  # the last good fit's
 
         # The worker SIGKILLed mid-fit: crashed, and while it backs off rounds fail at once.
         do.write_text("kill")
@@ -96,8 +107,7 @@ def test_a_python_learner_trains_publishes_fails_and_recovers(
         time.sleep(max(0.0, BACKOFF_BASE_S - (time.monotonic() - began)) + 0.1)
         trio.run(a._round)
         assert a.metrics.version == version + 1  # recovered: published again
-        assert weights(a).worker is not None
-        assert weights(a).worker.restarts == 1
+        assert worker(a).restarts == 1
         records = a.participation.answer(None)["records"]
         assert [r["published"] is not None for r in records] == [True, False, False, False,
                                                                  True]

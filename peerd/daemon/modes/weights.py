@@ -17,7 +17,7 @@ from typing import Protocol
 
 import trio
 
-from peerd.control.status import ViewsStatus
+from peerd.control.status import LearnerStatus, ViewsStatus
 from peerd.core.entry import CacheItem
 from peerd.core.modes import ModeName
 from peerd.core.round import parse_blend
@@ -103,6 +103,17 @@ class WeightsMode:
                     failure.reason.value, failure.detail)
         self.daemon.state.audit("learner_failed", round=round_no,
                                 reason=failure.reason.value, detail=failure.detail)
+
+    def learner_block(self) -> LearnerStatus | None:
+        """The status's learner block (None: the builtin learner)."""
+        w, st = self.worker, self.learner_stats
+        if w is None:
+            return None
+        return LearnerStatus(kind=st.kind, entry=st.entry, device=st.device,
+                             metrics=dict(st.metrics), metrics_dropped=st.metrics_dropped,
+                             failed=dict(st.failed), last_failure=st.last_failure,
+                             last_detail=st.last_detail, last_failed_round=st.last_failed_round,
+                             worker_pid=w.pid, worker_restarts=w.restarts)
 
     def close(self) -> None:
         """Stop the learner's worker (the daemon stops)."""
