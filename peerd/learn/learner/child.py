@@ -78,7 +78,7 @@ def build_learner(kind: str, entry: str, context: LearnerContext) -> Learner:
     if kind == "flower":
         # The adapter (peerd.learn.learner.flower) turns a ClientApp or client_fn into one.
         flower = importlib.import_module("peerd.learn.learner.flower")
-        made: Any = flower.to_learner(obj, context)
+        made: Any = flower.flower_learner(obj, context)
     elif isinstance(obj, Learner) and not isinstance(obj, type):
         made = obj
     elif callable(obj):
