@@ -37,6 +37,7 @@ from rich.text import Text
 
 from peerd.control.server import DEFAULT_TIMEOUT_S, ControlError, decode_result, request
 from peerd.control.status import (
+    LearnerStatus,
     OfflineCacheRow,
     OfflineNode,
     OfflineStatus,
@@ -176,7 +177,7 @@ def status_view(status: Status) -> Group:
         f"examples {_fmt(node.examples)}  train loss {_fmt(node.train_loss)}  "
         f"val accuracy {_fmt(node.val_accuracy)}",
         f"mode {cfg.mode}  blend {cfg.blend}  local policy {cfg.local_policy}  "
-        f"task {cfg.task}",
+        f"task {cfg.task}" + ("" if cfg.learner == "builtin" else f"  learner {cfg.learner}"),
         f"τ_max {_fmt(cfg.tau_max, 1)}  C {_fmt(cfg.capacity)}  ρ {_fmt(cfg.rho, 4)}  "
         f"K {_fmt(cfg.local_steps)}  α {_fmt(cfg.alpha)}",
     ]
@@ -208,6 +209,8 @@ def status_view(status: Status) -> Group:
     parts.append(table)
     if status.views is not None:
         parts.append(views_table(status.views))
+    if status.learner is not None:
+        parts.extend(learner_lines(status.learner))
     peers = status.peers
     connected = sum(1 for p in peers if p.connected)
     parts.append(f"peers: {connected} connected, {len(peers)} known (`peerd peers` for details)")
@@ -236,6 +239,24 @@ def status_view(status: Status) -> Group:
     else:
         parts.append("rejected entries: none")
     return Group(*parts)
+
+
+def learner_lines(lr: LearnerStatus) -> list[RenderableType]:
+    """A learner of the user's: where it runs, its last metrics, its failures."""
+    worker = f"worker pid {lr.worker_pid}" if lr.worker_pid is not None else "no worker running"
+    lines: list[RenderableType] = [
+        f"learner: {lr.kind} {lr.entry or '-'} on {lr.device}, {worker} "
+        f"({lr.worker_restarts} restarts)"]
+    if lr.metrics:
+        lines.append("learner metrics: " + "  ".join(f"{k} {_fmt(v, 4)}"
+                                                     for k, v in sorted(lr.metrics.items())))
+    failed = {k: n for k, n in lr.failed.items() if n}
+    if failed:
+        counts = ", ".join(f"{k} {n}" for k, n in sorted(failed.items()))
+        lines.append(Text(f"learner failed rounds: {counts}; last (round "
+                          f"{_fmt(lr.last_failed_round)}): {lr.last_failure}: "
+                          f"{lr.last_detail or ''}", style="yellow"))
+    return lines
 
 
 def views_table(v: ViewsStatus) -> Table:

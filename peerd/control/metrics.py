@@ -12,6 +12,7 @@ Owns the metric names and the reason-label policy; it must not reach into the da
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable
 
@@ -26,6 +27,12 @@ from peerd.core.reasons import Reason
 #: series (unbounded label cardinality would grow the daemon's and Prometheus' memory).
 KNOWN_REASONS = frozenset(r.value for r in Reason)
 OTHER_REASON = "other"
+#: ``reason`` of ``peerd_learner_failed``: peerd.learn.learner.contract.Refusal's values (a
+#: test holds them equal; this module does not import torch).
+LEARNER_REASONS = frozenset(("raised", "timeout", "crashed", "schema", "non_finite",
+                             "examples", "malformed"))
+#: At most this many ``peerd_learner_metric`` series (the daemon keeps as many names).
+MAX_LEARNER_METRICS = 32
 #: Bound on joining the HTTP thread at shutdown: SIGTERM handling must finish in time.
 STOP_TIMEOUT_S = 5.0
 
@@ -118,6 +125,36 @@ class StatusMetrics(Collector):
         for label, total in sorted(by_reason.items()):
             c.add_metric([label], total)
         yield c
+        yield from _learner(s)
+
+
+def _learner(s: Status) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+    """A learner of the user's: failed rounds by reason and its last metrics. Both label
+    sets are bounded whatever the learner does: ``reason`` by the closed set of refusals
+    (anything else would be "other"), ``name`` by the daemon, which shows at most 32 metric
+    names over its life (peerd.learn.learner.stats)."""
+    lr = s.learner
+    if lr is None:
+        return
+    c = CounterMetricFamily("peerd_learner_failed", "Rounds whose learner failed, by reason "
+                            "(nothing published)", labels=["reason"])
+    by_reason: dict[str, float] = {}
+    for reason, count in lr.failed.items():
+        label = reason if reason in LEARNER_REASONS else OTHER_REASON
+        by_reason[label] = by_reason.get(label, 0.0) + float(count)
+    for label, total in sorted(by_reason.items()):
+        c.add_metric([label], total)
+    yield c
+    c = CounterMetricFamily("peerd_learner_worker_restarts",
+                            "Times the learner's worker process was started again")
+    c.add_metric([], float(lr.worker_restarts))
+    yield c
+    g = GaugeMetricFamily("peerd_learner_metric", "The learner's metrics of its last fit",
+                          labels=["name"])
+    for name, value in sorted(lr.metrics.items())[:MAX_LEARNER_METRICS]:
+        if math.isfinite(value):
+            g.add_metric([name], float(value))
+    yield g
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

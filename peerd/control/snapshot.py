@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from peerd.control.status import (
     CacheRow,
     ConfigStatus,
+    LearnerStatus,
     NodeStatus,
     PeerRow,
     Status,
@@ -89,7 +90,8 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
                  now: float, membership: str = "member",
                  gossip: Mapping[str, int] | None = None,
                  libp2p: Mapping[str, int] | None = None,
-                 views: ViewsStatus | None = None) -> Status:
+                 views: ViewsStatus | None = None,
+                 learner: LearnerStatus | None = None) -> Status:
     clock = node.clock(now)
     cache = tuple(
         CacheRow(
@@ -160,4 +162,5 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
         gossip=dict(gossip or {}),
         libp2p=dict(libp2p or {}),
         views=views,
+        learner=learner,
     )

@@ -111,6 +111,9 @@ class ConfigStatus:
     #: How the node trains after the blend: "plain", "fedbss", "distillation" (knowledge
     #: mode) or "two-time-scale" (the cordial modes).
     local_policy: str
+    #: Who trains weight mode's local step (``[learner] kind``): "builtin", "python",
+    #: "flower"; "builtin" in the other modes.
+    learner: str = "builtin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +188,27 @@ class ViewsStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class LearnerStatus:
+    """A learner of the user's (``[learner] kind`` python or flower) and its worker."""
+
+    kind: str
+    entry: str | None
+    device: str  # resolved: "cpu", "cuda:0", ...
+    #: The last successful fit's metrics: at most 32 names over the daemon's life (later new
+    #: names are dropped and counted in ``metrics_dropped``).
+    metrics: Mapping[str, float]
+    metrics_dropped: int
+    #: Rounds refused since start, by reason (every reason of the closed set, 0 included).
+    failed: Mapping[str, int]
+    last_failure: str | None
+    last_detail: str | None
+    last_failed_round: int | None
+    #: The worker's pid while one runs, and how many times it was started again.
+    worker_pid: int | None
+    worker_restarts: int
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """What ``peerd status --json`` prints: one snapshot, never changed once built."""
 
@@ -213,6 +237,9 @@ class Status:
     #: Cordial mode (``[learning] mode = "cordial"``): whose views are held, for how many of
     #: the current ids; None in the other modes.
     views: ViewsStatus | None = None
+    #: Weight mode with a learner of the user's (``[learner] kind`` python, flower): its
+    #: worker, failures and last metrics; None with the builtin learner and in other modes.
+    learner: LearnerStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,8 @@ from peerd.daemon.config_checks import (
 )
 
 # The sections kept in their own modules, re-exported: callers import them from here.
+from peerd.daemon.config_learner import LearnerConfig as LearnerConfig
+from peerd.daemon.config_learner import check_learner, read_learner
 from peerd.daemon.config_learning import CordialConfig as CordialConfig
 from peerd.daemon.config_learning import FedBSSConfig as FedBSSConfig
 from peerd.daemon.config_learning import KnowledgeConfig as KnowledgeConfig
@@ -179,6 +181,8 @@ class Config:
     learning: LearningConfig = field(default_factory=LearningConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    #: Who trains weight mode's local step (builtin, or the user's code in a worker).
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
     #: The file it came from (None when built in code).
     source: Path | None = None
     #: One line per deprecated spelling the file used, naming the new one (``peerd run``
@@ -193,7 +197,8 @@ class Config:
                             rho=lc.rho, local_steps=lc.local_steps, alpha=lc.alpha,
                             epsilon=lc.epsilon, max_silence_s=lc.silence_limit_s,
                             round_interval_s=lc.round_interval_s, task=self.task.name,
-                            mode=mode.value, blend=blend, local_policy=local_policy)
+                            mode=mode.value, blend=blend, local_policy=local_policy,
+                            learner=self.learner.kind)
 
     @classmethod
     def default(cls, admin_public_key: bytes, fleet_id: bytes, *,
@@ -250,8 +255,9 @@ for _name, (_cls, _checks) in _SCHEMA.items():
 
 # ---------------------------------------------------------------------------- loading
 
-#: Every section, in the order the known ones are listed ([learning]: config_learning).
-SECTIONS = ("node", "network", "fleet", "learning", "validation", "task")
+#: Every section, in the order the known ones are listed ([learning]: config_learning,
+#: [learner]: config_learner).
+SECTIONS = ("node", "network", "fleet", "learning", "validation", "task", "learner")
 
 
 def _section(name: str, raw: Any, base: Path | None) -> Any:
@@ -284,7 +290,10 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
                           f"({validation.update_norm_window}), got "
                           f"{validation.update_norm_min_history}")
     check_learning(learning, task)
-    return Config(**parts, learning=learning, task=task, source=source,
+    learner = read_learner(data["learner"]) if "learner" in data else LearnerConfig()
+    check_learner(learner, mode=learning.mode, local_policy=learning.local_policy,
+                  task_given="task" in data)
+    return Config(**parts, learning=learning, task=task, learner=learner, source=source,
                   deprecations=(*settled, *notices))
 
 

@@ -45,6 +45,7 @@ from peerd.daemon.launch import load_data
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
 from peerd.daemon.modes import build_mode
 from peerd.daemon.modes.base import Mode, run_round
+from peerd.daemon.modes.weights import WeightsMode
 from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
 from peerd.daemon.participation import Participation
 from peerd.daemon.startup import (
@@ -55,6 +56,7 @@ from peerd.daemon.startup import (
     transport_config,
 )
 from peerd.learn.knowround import task_model
+from peerd.learn.learner.fleet import LearnerTask
 from peerd.learn.tasks import Task, load_task
 from peerd.net.discovery import Discovery, DiscoveryError, PeerHint, open_discovery
 from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
@@ -87,10 +89,12 @@ class Daemon:
         if cfg.node.lean_memory:
             pin_mmap_threshold()
         t = cfg.task
-        self.task: Task = load_task(t.name, partition_spec=t.partition, node_index=t.node_index,
-                                    node_count=t.node_count, seed=t.seed, csv_glob=t.csv_glob,
-                                    csv_label=t.csv_label, csv_features=t.csv_features,
-                                    csv_kind=t.csv_kind)
+        # A learner of the user's reads its own data; [learner] model names the model.
+        self.task: Task = LearnerTask(cfg.learner.model) if cfg.learner.model is not None \
+            else load_task(t.name, partition_spec=t.partition, node_index=t.node_index,
+                           node_count=t.node_count, seed=t.seed, csv_glob=t.csv_glob,
+                           csv_label=t.csv_label, csv_features=t.csv_features,
+                           csv_kind=t.csv_kind)
         self.model = task_model(self.task, t.model)  # [task] model, else the task's own
         learning = cfg.learning
         self.node = NodeState(
@@ -413,6 +417,7 @@ class Daemon:
         try:
             await self._run()
         finally:
+            self.close()
             if stop_metrics is not None:
                 stop_metrics()
             if self.ready.is_set():
@@ -477,8 +482,17 @@ class Daemon:
             async for signum in signals:
                 log.info("received %s: shutting down", signal.Signals(signum).name)
                 sdnotify.stopping()
+                # A round waiting on the learner's worker holds the nursery up to timeout_s:
+                # without its worker it ends at once (that round fails, nothing published).
+                if isinstance(self.mode, WeightsMode) and self.mode.worker is not None:
+                    self.mode.worker.kill()
                 scope.cancel()
                 return
+
+    def close(self) -> None:
+        """Stop what runs beside the daemon's threads (the learner's worker process)."""
+        if isinstance(self.mode, WeightsMode):
+            self.mode.close()
 
     # ------------------------------------------------------------------ status
     def status(self) -> Status:
@@ -501,4 +515,6 @@ class Daemon:
                                     "duplicates_avoided": self._inflight.deduplicated,
                                     **self.gossip_counts},
                             libp2p=None if t is None else t.library_tables.counts(),
-                            views=self.mode.status_block(self.now()))
+                            views=self.mode.status_block(self.now()),
+                            learner=self.mode.learner_block()
+                            if isinstance(self.mode, WeightsMode) else None)

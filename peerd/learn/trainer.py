@@ -52,6 +52,14 @@ from peerd.core.updatenorm import (
     gated_alpha,
     scaled_weights,
 )
+from peerd.learn.learner.contract import LearnerError, Metrics
+from peerd.learn.learner.step import (
+    Fitted,
+    LearnerRound,
+    evaluate_with,
+    fit_config,
+    fit_into,
+)
 from peerd.learn.localpolicy import LocalTraining as LocalTraining  # the daemon imports it here
 from peerd.learn.tasks import Task, TaskData
 
@@ -96,6 +104,9 @@ class RoundInput:
     #: ``[learning] local_policy = "fedbss"``: the policy and its warm-up state, updated by
     #: the round. None: plain training.
     local: LocalTraining | None = None
+    #: ``[learner] kind`` other than builtin: the learner trains instead of local_update and
+    #: evaluates (peerd.learn.learner.step); the task is not read. None: the built-in one.
+    learner: LearnerRound | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +132,10 @@ class RoundOutput:
     #: a rejected or unselected model. None: the plan's α applies as is (weighted without
     #: changes, or nothing blended), or the rule has no weights (median, trimmed mean).
     weights: dict[str, float] | None = None
+    #: A learner's round (RoundInput.learner): why it failed (then ``publish`` is False and
+    #: the model is x̄, or trained but unevaluated), and the metrics its fit reported.
+    learner_failure: LearnerError | None = None
+    learner_metrics: Metrics | None = None
 
 
 #: Rows per forward pass when evaluating, unless the caller passes its training batch size
@@ -165,6 +180,8 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     """The daemon's round through :func:`peerd.core.round.cached_dfl_round`: x̄ = blend(own,
     cache) in place; K proximal steps from x̄; evaluate; publish if it moved more than ε or
     its last entry is ``max_silence_s`` old."""
+    if inp.learner is not None:
+        return _learner_round(model, inp, inp.learner)
     data = task.data()  # re-read every round: local data may have grown
     n = len(data.y_train)
     own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
@@ -196,12 +213,53 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     )
 
 
+def _learner_round(model: nn.Module, inp: RoundInput, lr: LearnerRound) -> RoundOutput:
+    """:func:`run_round` with a learner as the local step: the same core round (plan, blend,
+    publish decision), ``ops.train`` being the learner's fit; then its evaluation. A failed
+    fit or evaluation publishes nothing."""
+    own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
+    # α needs the own example count before this round's fit tells it: the last fit's.
+    own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id,
+                         lr.own_examples, "")
+    ops = _ModelOps(model, own_params, None, "cross_entropy", inp)
+    published = inp.published
+
+    def moved(trained: _Trained) -> list[float]:
+        return [math.inf if published is None else drift(trained.params, published)]
+
+    outcome = cached_dfl_round(
+        [RoundAgent(own_meta, inp.cache, published=inp.model_is_published)],
+        clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops, blend=inp.blend,
+        rule=PublishRule(inp.epsilon, moved, silent_for=(inp.silent_for_s,),
+                         max_silence=inp.max_silence_s))
+    (plan,), trained = outcome.plans, outcome.trained
+    assert outcome.drift is not None  # a rule was given
+    fitted, config = ops.fitted, ops.fit_config
+    assert fitted is not None  # ops.train ran the fit
+    assert config is not None
+    failure, val_loss, acc = fitted.failure, math.nan, None
+    if fitted.fit is not None:
+        try:
+            ev = evaluate_with(lr, fitted.fit.params, config)
+            val_loss, acc = ev.loss, ev.metrics.get("accuracy")
+        except LearnerError as exc:
+            failure = exc
+    return RoundOutput(
+        params=trained.params, alpha=plan.as_dict(),
+        examples=lr.own_examples if fitted.fit is None else fitted.fit.num_examples,
+        train_loss=fitted.train_loss, val_loss=val_loss, val_accuracy=acc,
+        moved=outcome.drift[0], publish=outcome.publish[0] and failure is None,
+        blend_refused=ops.refused, update_norms=ops.norms, norm_verdicts=ops.verdicts,
+        weights=ops.weights, learner_failure=failure,
+        learner_metrics=None if fitted.fit is None else dict(fitted.fit.metrics))
+
+
 class _ModelOps:
     """The daemon's heavy steps for :func:`cached_dfl_round`: one ``nn.Module`` (a batch of 1),
     blended in place and trained in place."""
 
-    def __init__(self, model: nn.Module, own_params: dict[str, torch.Tensor], data: TaskData,
-                 loss: LossName, inp: RoundInput) -> None:
+    def __init__(self, model: nn.Module, own_params: dict[str, torch.Tensor],
+                 data: TaskData | None, loss: LossName, inp: RoundInput) -> None:
         self.model, self.own_params, self.data, self.loss, self.inp = (
             model, own_params, data, loss, inp)
         self.refused: str | None = None  # why a robust rule blended nothing this round
@@ -209,6 +267,11 @@ class _ModelOps:
         self.verdicts: dict[str, Verdict] | None = None
         self.weights: dict[str, float] | None = None  # see RoundOutput.weights
         self._kept: list[str] = []  # the plan's origins left after update-norm validation
+        #: A learner's fit (RoundInput.learner), once ops.train ran it, and its config.
+        self.fitted: Fitted | None = None
+        self.fit_config = None if inp.learner is None else fit_config(
+            inp.learner, rho=inp.rho, steps=inp.steps, seed=inp.seed,
+            batch_size=inp.batch_size, learning_rate=inp.lr)
 
     def _members(self, plan: BlendPlan) -> tuple[list[Mapping[str, torch.Tensor]],
                                                   list[float], list[float] | None]:
@@ -287,6 +350,9 @@ class _ModelOps:
     def _train(self, anchors: Sequence[Anchor], local: LocalTraining | None) -> _Trained:
         (kind,) = anchors
         inp = self.inp
+        if inp.learner is not None:
+            return self._fit(inp.learner)
+        assert self.data is not None  # the built-in learner trains on the task's data
         # x̄ for the proximal term. Without peers it is the model as published (no copy); with
         # peers, one copy of the blend (kept by ``keep_anchor``, else cloned by local_update).
         # Keeping x̄ as the blend's inputs instead would pin every blended entry through
@@ -303,6 +369,15 @@ class _ModelOps:
                       generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)
         # The trained model's own tensors (views, not copies).
         return _Trained(result, {k: v.detach() for k, v in self.model.state_dict().items()})
+
+    def _fit(self, lr: LearnerRound) -> _Trained:
+        """The learner's fit from the blend: x̄ is the model itself whatever the anchor kind
+        (the learner keeps its own copy of x̄ while it trains: the worker's input buffer)."""
+        assert self.fit_config is not None
+        self.fitted = fitted = fit_into(self.own_params, lr, self.fit_config)
+        loss = fitted.train_loss
+        return _Trained(LocalResult(self.inp.steps, loss, loss),
+                        {k: v.detach() for k, v in self.model.state_dict().items()})
 
 
 @dataclass(frozen=True, slots=True)

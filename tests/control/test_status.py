@@ -17,6 +17,7 @@ from peerd.control.server import dispatch
 from peerd.control.status import (
     CacheRow,
     ConfigStatus,
+    LearnerStatus,
     NodeStatus,
     OfflineCacheRow,
     OfflineNode,
@@ -217,6 +218,7 @@ def test_the_documented_shape_is_the_schema() -> None:
     assert shape["rejected"] == shape["dropped"] == {"<reason>": 0}
     assert shape["flagged"] == ["<origin>"]
     assert shape["views"] == names(ViewsStatus)
+    assert shape["learner"] == names(LearnerStatus)
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)

@@ -17,15 +17,18 @@ from typing import Protocol
 
 import trio
 
-from peerd.control.status import ViewsStatus
+from peerd.control.status import LearnerStatus, ViewsStatus
 from peerd.core.entry import CacheItem
 from peerd.core.modes import ModeName
 from peerd.core.round import parse_blend
 from peerd.core.staleness import Clock
 from peerd.daemon.host import ModeHost
+from peerd.daemon.learner import open_worker
 from peerd.daemon.modes.base import Step, val_accuracy_text
 from peerd.daemon.normwatch import NormWatch
 from peerd.daemon.notices import plural
+from peerd.learn.learner.check import schema_of
+from peerd.learn.learner.step import LearnerRound
 from peerd.learn.trainer import LocalTraining, RoundInput, RoundOutput, drift_to, run_round
 from peerd.node.peers import PeerTable
 from peerd.node.state import Held, NodeState
@@ -61,12 +64,61 @@ class WeightsMode:
         self._silent_for = math.inf
         self._clock: Clock | None = None
         self._drift: dict[str, float] = {}
+        #: ``[learner]``: the worker running the user's learner (None: the builtin one),
+        #: what status shows of it, and the own example count α uses before a fit (the last
+        #: fit's; 1 before any: an untrained start weighs as little as a model can without
+        #: emptying a lone node's plan, which would then sum to zero).
+        self.worker, self.learner_stats = open_worker(cfg, daemon.model, self.node.id)
+        self._schema = schema_of(daemon.model.state_dict())
+        self.own_examples = 1
 
     def restore_own(self, own: Held) -> None:
         d = self.daemon
         d.model.load_state_dict({k: v.clone() for k, v in own.entry.params.items()})
         d.metrics.published_params = own.entry.params
         self.model_is_published = True
+        self.own_examples = max(own.entry.meta.num_examples, 1)
+
+    def _learner_round(self) -> LearnerRound | None:
+        if self.worker is None:
+            return None
+        lc = self.daemon.cfg.learner
+        return LearnerRound(learner=self.worker, schema=self._schema, round=self.node.round + 1,
+                            device=self.learner_stats.device, run_config=lc.run_config,
+                            own_examples=self.own_examples,
+                            max_examples=self.daemon.cfg.validation.max_examples)
+
+    def _learner_outcome(self, out: RoundOutput) -> None:
+        """A learner round's failure (logged once, counted, audited) or its fit's numbers."""
+        if self.worker is None:
+            return
+        round_no = self.node.round + 1
+        failure = out.learner_failure
+        if failure is None:
+            self.own_examples = max(out.examples, 1)  # see __init__
+            self.learner_stats.fitted(out.learner_metrics or {})
+            return
+        self.learner_stats.failed_round(round_no, failure)
+        log.warning("round %d: the learner failed (%s): %s; nothing published", round_no,
+                    failure.reason.value, failure.detail)
+        self.daemon.state.audit("learner_failed", round=round_no,
+                                reason=failure.reason.value, detail=failure.detail)
+
+    def learner_block(self) -> LearnerStatus | None:
+        """The status's learner block (None: the builtin learner)."""
+        w, st = self.worker, self.learner_stats
+        if w is None:
+            return None
+        return LearnerStatus(kind=st.kind, entry=st.entry, device=st.device,
+                             metrics=dict(st.metrics), metrics_dropped=st.metrics_dropped,
+                             failed=dict(st.failed), last_failure=st.last_failure,
+                             last_detail=st.last_detail, last_failed_round=st.last_failed_round,
+                             worker_pid=w.pid, worker_restarts=w.restarts)
+
+    def close(self) -> None:
+        """Stop the learner's worker (the daemon stops)."""
+        if self.worker is not None:
+            self.worker.close()
 
     async def step(self, now: float) -> Step:
         d = self.daemon
@@ -90,7 +142,7 @@ class WeightsMode:
                          keep_anchor=lambda x: spool.spill(x, state.blobs),
                          blend=parse_blend(learning.blend),
                          norm_policy=self.norms.policy, norm_history=self.norms.history,
-                         local=self.local)
+                         local=self.local, learner=self._learner_round())
         self.model_is_published = False  # the round trains the model in place
         # The core round (peerd.core.round) decides α, x̄ and whether to publish; the daemon
         # only carries the decision out (sign, persist, announce).
@@ -106,6 +158,7 @@ class WeightsMode:
                 node.release()  # the round and the drifts read every entry; let them go
 
         drift = await trio.to_thread.run_sync(drifts)
+        self._learner_outcome(out)
         self.norms.record(out, node, state, learning.blend)
         self._out, self._meta_only, self._silent_for = out, meta_only, silent_for
         self._clock, self._drift = clock, drift

@@ -1,0 +1,71 @@
+"""``[learner]`` at start-up: the worker of a python or flower learner, started before the
+daemon is ready, and every failure to get there as one start-up line (exit status 2).
+
+The device is checked here, not in the config loader (torch knows it; the loader must not
+import torch); ``kind = "external"`` is accepted by the loader and refused here: attaching a
+training process over a socket is not built yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from torch import nn
+
+from peerd.daemon.config import Config
+from peerd.daemon.startup import DaemonError
+from peerd.learn.learner.check import schema_of
+from peerd.learn.learner.contract import LearnerContext, LearnerError, LearnerKind
+from peerd.learn.learner.fleet import DeviceError, resolve_device
+from peerd.learn.learner.stats import LearnerStats
+from peerd.learn.learner.worker import WorkerLearner, WorkerSpec
+
+log = logging.getLogger(__name__)
+
+#: The buffers' folder inside the state directory (the state lock makes it this daemon's).
+BUFFER_DIR = "learner"
+
+
+def learner_device(cfg: Config) -> str:
+    """``[learner] device`` resolved on this machine (a missing device: DaemonError)."""
+    try:
+        return resolve_device(cfg.learner.device)
+    except DeviceError as exc:
+        raise DaemonError(str(exc)) from None
+
+
+def clear_buffers(folder: Path) -> None:
+    """Buffers a previous run left (it was killed before it could remove them)."""
+    if folder.is_dir():
+        for stale in folder.glob("learner-*"):
+            stale.unlink(missing_ok=True)
+
+
+def open_worker(cfg: Config, model: nn.Module, node_id: str) -> tuple[WorkerLearner | None,
+                                                                      LearnerStats]:
+    """The started worker of ``[learner]`` (None for the builtin learner) and its stats."""
+    lc = cfg.learner
+    if lc.kind == LearnerKind.EXTERNAL:
+        raise DaemonError('[learner] kind = "external" is not yet supported by this version '
+                          'of peerd (use "builtin", "python" or "flower")')
+    if not lc.runs_worker:
+        return None, LearnerStats(kind=lc.kind, entry=None, device="cpu")
+    assert lc.entry is not None  # the loader requires it for these kinds
+    device = learner_device(cfg)
+    folder = cfg.node.state_dir / BUFFER_DIR
+    clear_buffers(folder)
+    spec = WorkerSpec(
+        kind=LearnerKind(lc.kind), entry=lc.entry,
+        context=LearnerContext(node_id=node_id, device=device, node_config=lc.node_config,
+                               run_config=lc.run_config),
+        schema=schema_of(model.state_dict()), buffer_dir=folder, timeout_s=lc.timeout_s,
+        torch_threads=cfg.node.torch_threads, max_examples=cfg.validation.max_examples)
+    worker = WorkerLearner(spec)
+    try:
+        worker.start()
+    except LearnerError:
+        worker.close()
+        raise DaemonError(f"[learner] entry {lc.entry}: the {lc.kind} learner's worker "
+                          f"{worker.last_crash}") from None
+    return worker, LearnerStats(kind=lc.kind, entry=lc.entry, device=device)

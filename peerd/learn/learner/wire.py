@@ -1,0 +1,181 @@
+"""The control messages between the daemon and its learner worker, and the tensor buffers.
+
+**Messages** are JSON objects, each framed by its length (4 bytes, big-endian), over a pair
+of pipes. JSON and never pickle: the worker runs the user's code, and nothing it writes is
+ever executed or unpickled by the daemon; a frame is at most :data:`MAX_FRAME` bytes, so a
+worker cannot make the daemon buffer without bound. NaN and infinities are allowed in the
+JSON (Python's spelling) so that a learner's NaN loss arrives as one and is refused by name.
+
+**Buffers** carry the parameters, never the pipes: a file laid out by the fleet's schema
+(each tensor contiguous at a 64-byte aligned offset), mapped by both processes. The daemon
+writes x̄ into the input buffer (one copy) and the worker maps it copy-on-write as ``params``
+and ``anchor`` (no copy: a page is copied only if the learner writes it); the worker writes
+its result into the output buffer (one copy), which the daemon maps and copies into its model.
+
+Imports torch and the standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import struct
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from peerd.learn.learner.check import FleetSchema, Slot
+
+#: Largest control frame: metrics and error details are small by the contract's bounds.
+MAX_FRAME = 1 << 20
+ALIGN = 64
+_LEN = struct.Struct(">I")
+
+
+class WireError(Exception):
+    """The other side closed its pipe, sent a malformed frame, or did not answer in time."""
+
+
+class PeerGoneError(WireError):
+    """End of file: the other process closed the pipe (or died)."""
+
+
+class DeadlineError(WireError):
+    """No complete frame before the deadline."""
+
+
+# ---------------------------------------------------------------------------- messages
+
+
+def send(fd: int, message: Mapping[str, Any]) -> None:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME:
+        raise WireError(f"message of {len(body)} bytes is above {MAX_FRAME}")
+    data = memoryview(_LEN.pack(len(body)) + body)
+    while data:
+        try:
+            n = os.write(fd, data)
+        except BrokenPipeError:
+            raise PeerGoneError("the other side closed its pipe") from None
+        data = data[n:]
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    chunks: list[bytes] = []
+    left = n
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while left:
+        if deadline is not None:
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            if not poller.poll(wait_ms):
+                raise DeadlineError("no answer in time")
+        try:
+            chunk = os.read(fd, min(left, 1 << 16))
+        except OSError as exc:
+            if exc.errno == errno.EINTR:
+                continue
+            raise PeerGoneError(f"reading the pipe: {exc.strerror}") from None
+        if not chunk:
+            raise PeerGoneError("the other side closed its pipe")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive(fd: int, *, deadline: float | None = None) -> dict[str, Any]:
+    """The next message; ``deadline`` in :func:`time.monotonic` seconds (None: wait)."""
+    (size,) = _LEN.unpack(_read_exact(fd, _LEN.size, deadline))
+    if size > MAX_FRAME:
+        raise WireError(f"a frame of {size} bytes is above {MAX_FRAME}")
+    try:
+        message = json.loads(_read_exact(fd, size, deadline))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireError(f"a frame that is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise WireError(f"a frame that is not an object: {type(message).__name__}")
+    return message
+
+
+# ---------------------------------------------------------------------------- schema
+
+
+def schema_to_json(schema: FleetSchema) -> list[list[Any]]:
+    return [[name, list(s.shape), str(s.dtype).removeprefix("torch.")]
+            for name, s in schema.items()]
+
+
+def schema_from_json(raw: Any) -> dict[str, Slot]:
+    if not isinstance(raw, list):
+        raise WireError("schema: expected a list")
+    out: dict[str, Slot] = {}
+    for item in raw:
+        try:
+            name, shape, dtype_name = item
+            dtype = getattr(torch, dtype_name)
+        except (TypeError, ValueError, AttributeError):
+            raise WireError(f"schema: bad slot {item!r:.80}") from None
+        if not (isinstance(name, str) and isinstance(dtype, torch.dtype)
+                and isinstance(shape, list) and all(isinstance(d, int) and d >= 0
+                                                    for d in shape)):
+            raise WireError(f"schema: bad slot {item!r:.80}")
+        out[name] = Slot(tuple(shape), dtype)
+    return out
+
+
+# ---------------------------------------------------------------------------- buffers
+
+
+def _nbytes(slot: Slot) -> int:
+    count = 1
+    for d in slot.shape:
+        count *= d
+    return count * torch.empty((), dtype=slot.dtype).element_size()
+
+
+def layout(schema: FleetSchema) -> tuple[dict[str, int], int]:
+    """Each tensor's byte offset in a buffer (64-byte aligned, schema order) and the size."""
+    offsets: dict[str, int] = {}
+    end = 0
+    for name, slot in schema.items():
+        start = -(-end // ALIGN) * ALIGN
+        offsets[name] = start
+        end = start + _nbytes(slot)
+    return offsets, max(end, 1)  # an empty file cannot be mapped
+
+
+def create_buffer(path: Path, size: int) -> None:
+    """A new zero-filled buffer file, readable and writable by its owner only."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def map_buffer(path: Path, schema: FleetSchema, *, shared: bool) -> dict[str, torch.Tensor]:
+    """The buffer's tensors by name, mapped (no copy). ``shared``: writes go to the file;
+    otherwise the mapping is private copy-on-write (writes stay in this process)."""
+    offsets, size = layout(schema)
+    if path.stat().st_size != size:
+        raise WireError(f"{path.name}: {path.stat().st_size} bytes, the schema needs {size}")
+    flat = torch.from_file(str(path), shared=shared, size=size, dtype=torch.uint8)
+    out: dict[str, torch.Tensor] = {}
+    for name, slot in schema.items():
+        lo = offsets[name]
+        out[name] = flat[lo:lo + _nbytes(slot)].view(slot.dtype).view(slot.shape)
+    return out
+
+
+def write_into(dst: Mapping[str, torch.Tensor], src: Mapping[str, torch.Tensor],
+               names: Sequence[str]) -> None:
+    """Copy ``src`` into the mapped ``dst`` tensor by tensor (each moved to the CPU first,
+    when a learner returns device tensors)."""
+    with torch.no_grad():
+        for name in names:
+            dst[name].copy_(src[name].detach())
