@@ -43,7 +43,7 @@ def test_the_term_and_the_gradient_hook_give_the_same_gradient() -> None:
 def test_the_gradient_is_rho_times_the_distance_to_the_anchor() -> None:
     model = _net()
     anchor = _anchor(model, 0.5)
-    Proximal(model, anchor, 2.0).term().backward()
+    Proximal(model, anchor, 2.0).term().backward()  # type: ignore[no-untyped-call]
     for name, p in model.named_parameters():
         assert p.grad is not None
         torch.testing.assert_close(p.grad, 2.0 * (p.detach() - anchor[name]))
@@ -61,7 +61,7 @@ def test_with_sgd_it_is_the_builtin_proximal_step() -> None:
                  generator=gen, anchor=anchor)
     opt = torch.optim.SGD(mine.parameters(), lr=0.1)
     idx = torch.randperm(32, generator=torch.Generator().manual_seed(5))
-    nn.functional.cross_entropy(mine(X[idx]), y[idx]).backward()
+    nn.functional.cross_entropy(mine(X[idx]), y[idx]).backward()  # type: ignore[no-untyped-call]
     Proximal(mine, anchor, 0.5).add_grad()
     opt.step()
     for k, v in ref.state_dict().items():
@@ -78,10 +78,10 @@ def test_a_large_rho_keeps_adamw_at_the_anchor_and_rho_zero_does_not() -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=0.05)
         for _ in range(30):
             opt.zero_grad()
-            (nn.functional.cross_entropy(model(X), y) + prox.term()).backward()
+            (nn.functional.cross_entropy(model(X), y) + prox.term()).backward()  # type: ignore[no-untyped-call]
             opt.step()
-        return sum(float(((p.detach() - anchor[n]) ** 2).sum())
-                   for n, p in model.named_parameters()) ** 0.5
+        return float(sum(float(((p.detach() - anchor[n]) ** 2).sum())
+                         for n, p in model.named_parameters()) ** 0.5)
 
     assert train(1000.0) < 0.2 * train(0.0)
 
