@@ -7,6 +7,7 @@ entry = "mypkg.train:learner"   # python: a learner or a factory; flower: a Clie
 model = "mypkg.net:Net"         # the fleet's initial model, built seeded on every node
 device = "auto"                 # auto | cpu | cuda | cuda:N | mps
 timeout_s = 600                 # a fit (or evaluation) that runs longer is cut
+python = "/opt/flower/bin/python"  # optional: the worker's interpreter (another venv)
 [learner.run_config]            # scalars: the learner's own settings
 [learner.node_config]           # scalars: this node's (Flower's "partition-id", ...)
 ```
@@ -22,6 +23,7 @@ checks it at start-up (:func:`peerd.learn.learner.device.resolve_device`).
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -65,6 +67,10 @@ class LearnerConfig:
     #: auto | cpu | cuda | cuda:N | mps; auto: the first CUDA device if any, else the CPU.
     device: str = "auto"
     timeout_s: float = 600.0
+    #: The worker's interpreter (an absolute path), when the learner's dependencies live in
+    #: an environment of their own (Flower's pins do not resolve beside peerd's: see
+    #: docs/learners.md); None: the daemon's own. That environment must have peerd installed.
+    python: str | None = None
     run_config: Mapping[str, Scalar] = field(default_factory=dict)
     node_config: Mapping[str, Scalar] = field(default_factory=dict)
 
@@ -78,6 +84,14 @@ def check_entry(v: Any) -> str:
     if isinstance(v, str) and _ENTRY.match(v):
         return v
     raise BadValueError(f"must be package.module:attr, got {shown(v)}")
+
+
+def check_python(v: Any) -> str:
+    if not isinstance(v, str) or not v.startswith("/"):
+        raise BadValueError("must be the absolute path of a python interpreter")
+    if not (os.path.isfile(v) and os.access(v, os.X_OK)):
+        raise BadValueError(f"{v} is not an executable file")
+    return v
 
 
 def check_device(v: Any) -> str:
@@ -113,7 +127,7 @@ def _scalar_table(section: str, raw: Any) -> dict[str, Scalar]:
 LEARNER_CHECKS: dict[str, Check] = {
     "kind": check_choice(*KINDS), "entry": check_optional(check_entry),
     "model": check_optional(check_entry), "device": check_device,
-    "timeout_s": check_float(0.0, strict=True),
+    "timeout_s": check_float(0.0, strict=True), "python": check_optional(check_python),
 }
 #: The tables inside ``[learner]``.
 SUBTABLES = ("run_config", "node_config")
@@ -143,7 +157,7 @@ def read_learner(raw: Any) -> LearnerConfig:
                 raise ConfigError(f'[learner] {key}: required with kind = "{kind}" ({what}, '
                                   "package.module:attr)")
     else:
-        for key in ("entry", "model"):
+        for key in ("entry", "model", "python"):
             if getattr(learner, key) is not None:
                 raise ConfigError(f'[learner] {key}: only with kind = "python" or "flower", '
                                   f'not "{kind}"')

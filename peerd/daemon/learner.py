@@ -60,7 +60,8 @@ def open_worker(cfg: Config, model: nn.Module, node_id: str) -> tuple[WorkerLear
         context=LearnerContext(node_id=node_id, device=device, node_config=lc.node_config,
                                run_config=lc.run_config),
         schema=schema_of(model.state_dict()), buffer_dir=folder, timeout_s=lc.timeout_s,
-        torch_threads=cfg.node.torch_threads, max_examples=cfg.validation.max_examples)
+        torch_threads=cfg.node.torch_threads, max_examples=cfg.validation.max_examples,
+        python=lc.python)
     worker = WorkerLearner(spec)
     try:
         worker.start()

@@ -3,6 +3,7 @@ of the other sections, and every mistake as one line and exit status 2 from `pee
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,11 @@ def test_a_python_learner_with_its_tables(tmp_path: Path) -> None:
                                                              "64 keys"),
     ({**PY, "run_config": "x"}, "[learner.run_config] must be a table"),
     ({"device": "cuda"}, '[learner] device: the builtin learner trains on the CPU'),
+    ({**PY, "python": "python3"}, "[learner] python: must be the absolute path of a python "
+                                  "interpreter"),
+    ({**PY, "python": "/nonexistent/bin/python"}, "[learner] python: /nonexistent/bin/python "
+                                                  "is not an executable file"),
+    ({"python": "/usr/bin/env"}, '[learner] python: only with kind = "python" or "flower"'),
 ])
 def test_bad_learner_settings_name_the_key(learner: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -92,6 +98,12 @@ def test_a_learner_of_the_user_s_needs_weight_mode_plain_and_no_task(
     assert str(err.value).startswith(message)
     # The builtin learner runs with all of them as before.
     loads_config(doc(learner={"kind": "builtin"}, **sections))
+
+
+def test_the_worker_may_run_under_another_interpreter() -> None:
+    assert loads_config(doc(learner={**PY, "python": sys.executable})).learner.python == (
+        sys.executable)
+    assert loads_config(doc(learner=PY)).learner.python is None
 
 
 def test_external_is_accepted_by_the_loader() -> None:

@@ -88,6 +88,8 @@ class WorkerSpec:
     torch_threads: int = 1
     #: The most examples peers accept in an entry ([validation] max_examples).
     max_examples: int | None = None
+    #: The child's interpreter (``[learner] python``); None: the daemon's own.
+    python: str | None = None
     #: Extra environment for the child (tests); the daemon's own is inherited.
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -219,13 +221,15 @@ class WorkerLearner:
         req_r, req_w = os.pipe()
         ans_r, ans_w = os.pipe()
         env = dict(os.environ)
-        # The entry resolves in the worker as it would in the daemon: the same import path.
-        env["PYTHONPATH"] = os.pathsep.join(
-            [p for p in sys.path if p] + [x for x in [env.get("PYTHONPATH")] if x])
+        if spec.python is None:
+            # The entry resolves in the worker as it would in the daemon: the same import path.
+            env["PYTHONPATH"] = os.pathsep.join(
+                [p for p in sys.path if p] + [x for x in [env.get("PYTHONPATH")] if x])
+        # else another environment: its own site-packages (and its own peerd), never ours.
         env.update(spec.env)
         try:
-            proc = subprocess.Popen(  # noqa: S603 - our own module, by sys.executable
-                [sys.executable, "-m", CHILD_MODULE, str(req_r), str(ans_w)],
+            proc = subprocess.Popen(  # noqa: S603 - our own module, by a configured python
+                [spec.python or sys.executable, "-m", CHILD_MODULE, str(req_r), str(ans_w)],
                 pass_fds=(req_r, ans_w), stdin=subprocess.DEVNULL, env=env, close_fds=True)
         except OSError as exc:
             for fd in (req_r, req_w, ans_r, ans_w):
