@@ -14,7 +14,8 @@ tables are rendered only from those files (:mod:`benchmarks.reproduce_tables`) a
 between ``<!-- reproduce:table NAME -->`` and ``<!-- /reproduce -->`` in the report, so the
 prose around them is hand-written and every number in them can be traced to a file
 (``tests/docs/test_reproduction_report.py`` re-renders and compares). Owns docs/results/ and
-those marked blocks; it must not touch the report's other text or docs/reproduction/.
+those marked blocks; it must not touch the report's other text or docs/reproduction/ (whose
+FedCache JSONs :mod:`benchmarks.reproduce_fedcache` reads to render its marked tables).
 """
 
 from __future__ import annotations

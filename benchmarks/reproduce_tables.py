@@ -1,4 +1,5 @@
-"""The experiments behind docs/reproduction.md's Cached-DFL tables, and those tables.
+"""The experiments behind docs/reproduction.md's Cached-DFL tables, and those tables (with
+the FedCache tables of :mod:`benchmarks.reproduce_fedcache`, rendered from their own outputs).
 
 :data:`EXPERIMENTS` lists every run (a :class:`~peerd.sim.runner.SimConfig` each);
 :data:`TABLES` renders each marked table of the report from the runs' committed outputs
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from benchmarks import reproduce_fedcache
 from benchmarks.reproduce import Experiment, MissingOutputsError, Outputs, Run, RunOutput
 from peerd.sim.runner import SimConfig
 
@@ -454,6 +456,7 @@ TABLES: dict[str, Callable[[Outputs], str]] = {
     "iid": iid,
     "tau-30s": tau_30s,
     "tau-30s-seeds": tau_30s_seeds,
+    **reproduce_fedcache.TABLES,  # from docs/reproduction/'s committed FedCache JSONs
 }
 
 

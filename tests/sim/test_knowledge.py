@@ -4,6 +4,8 @@ formulas, and knowledge mode through the core round (tiny runs on scikit-learn's
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 
 from peerd.learn.data import load_dataset, partition
+from peerd.sim import knowledge
 from peerd.sim.knowledge import (
     F16,
     KnowledgeSimConfig,
@@ -18,6 +21,7 @@ from peerd.sim.knowledge import (
     knowledge_cli,
     run_knowledge,
 )
+from peerd.sim.maua import CURVE_COLUMNS, MAUA_DEFINITION
 
 
 def test_each_client_tests_on_its_own_label_mix() -> None:
@@ -43,15 +47,36 @@ def result_summary() -> dict[str, Any]:
     return run_knowledge(CONFIG).summary()
 
 
-def test_maua_is_the_mean_of_each_clients_best_accuracy(result_summary: dict[str, Any]) -> None:
+def test_maua_is_the_best_rounds_mean_accuracy(result_summary: dict[str, Any]) -> None:
+    assert result_summary["curve_columns"] == list(CURVE_COLUMNS)
+    assert result_summary["maua_definition"] == MAUA_DEFINITION
     for alg in CONFIG.algorithms:
         curve = result_summary["curves"][alg]
         assert [row[0] for row in curve] == [1, 2, 3]
-        mauas = [row[2] for row in curve]
-        assert mauas == sorted(mauas)  # a best-so-far mean never falls
+        assert result_summary["maua"][alg] == max(row[1] for row in curve)
+        bests = [row[2] for row in curve]
+        assert bests == sorted(bests)  # a best-so-far mean never falls
         assert all(row[2] >= row[1] - 1e-12 for row in curve)  # best >= current
-        assert result_summary["maua"][alg] == mauas[-1]
-        assert 0.1 < mauas[-1] <= 1.0
+        assert result_summary["mean_of_client_best"][alg] == bests[-1]
+        assert 0.1 < result_summary["maua"][alg] <= bests[-1] <= 1.0
+
+
+def test_a_client_without_test_images_is_left_out_of_the_metrics(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = knowledge.client_test_split
+
+    def without_client_0(*args: Any) -> list[np.ndarray]:
+        tests = real(*args)
+        return [np.zeros(0, np.int64), *tests[1:]]
+
+    monkeypatch.setattr(knowledge, "client_test_split", without_client_0)
+    config = replace(CONFIG, agents=3, rounds=2, algorithms=("fedcache", "cached-dfl"))
+    summary = run_knowledge(config).summary()
+    for alg in config.algorithms:
+        curve = summary["curves"][alg]
+        assert all(math.isfinite(row[1]) and math.isfinite(row[2]) for row in curve)
+        assert summary["maua"][alg] == max(row[1] for row in curve)
+        assert math.isfinite(summary["mean_of_client_best"][alg])
 
 
 def test_knowledge_traffic_is_keys_once_and_logits_per_round(
@@ -95,6 +120,7 @@ def test_the_cli_entry_writes_its_json_and_refuses_bad_input(tmp_path: Path,
     written = json.loads((tmp_path / "fedcache.json").read_text())
     assert written["config"]["agents"] == 3
     assert "fedcache" in written["maua"]
+    assert "fedcache" in written["mean_of_client_best"]
     with pytest.raises(SystemExit) as exc:
         knowledge_cli(partition="shards", **common)  # type: ignore[arg-type]
     assert exc.value.code == 2
