@@ -47,7 +47,7 @@ def test_the_flower_example_trains_in_a_worker_of_its_own_environment(
                       context=LearnerContext(node_id="12D3KooWflower", device="cpu",
                                              node_config={"partition-id": 0,
                                                           "num-partitions": 2},
-                                             run_config={"local-epochs": 1, "lr": 0.1}),
+                                             run_config={"local-epochs": 1, "batch-size": 32}),
                       schema=schema_of(start), buffer_dir=tmp_path / "buffers",
                       timeout_s=120.0, python=PYTHON, env={"PYTHONPATH": str(APP)})
     worker = WorkerLearner(spec)
