@@ -42,8 +42,10 @@ def _mesh(root: Path, *, honest: int, attacker: bool) -> tuple[Fleet, list[Daemo
                 "round_interval_s": 1.0, "tau_max": 120.0}
     cfgs = fleet_configs(root, n, learning=learning, task={"name": "digits",
                                                            "node_count": honest})
-    cfgs = [dataclasses.replace(c, validation=dataclasses.replace(c.validation, **VALIDATION))
-            for c in cfgs]
+    # VALIDATION is the real-daemon test's [validation] table: one key, update_norm.
+    assert set(VALIDATION) == {"update_norm"}
+    cfgs = [dataclasses.replace(c, validation=dataclasses.replace(
+        c.validation, update_norm=VALIDATION["update_norm"])) for c in cfgs]
     if attacker:  # its own data and model; rho = 0: its x̄ is the flipped entry
         cfgs[-1] = _attacker(cfgs[-1])
     fleet = Fleet(cfgs)
