@@ -56,6 +56,20 @@ class Node(DaemonProcess):
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
+#: Ports a pytest-xdist worker moves loopback fleets by; five workers' fixed ports
+#: (27100-27999 and up) stay below the ephemeral range.
+XDIST_PORT_STRIDE = 1000
+MAX_XDIST_WORKERS = 5
+
+
+def port_offset() -> int:
+    """0 outside pytest-xdist; worker ``gwN``'s own block of fixed ports inside it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker.removeprefix("gw"))
+    assert index < MAX_XDIST_WORKERS, f"{worker}: fixed loopback ports would collide"
+    return XDIST_PORT_STRIDE * index
+
+
 def make_fleet(root: Path, n: int, *, hosts: list[NetnsHost] | None = None, mdns: bool = False,
                base_port: int = 27100, learning: dict[str, Any] | None = None,
                task: dict[str, Any] | None = None, admit: int | None = None) -> list[Node]:
@@ -65,7 +79,11 @@ def make_fleet(root: Path, n: int, *, hosts: list[NetnsHost] | None = None, mdns
     Ports are fixed (tests check them in logs and addresses) and below Linux's ephemeral
     range (32768-60999 by default): a fixed port inside it could already be the source port
     of some outbound connection, and the daemon would fail to listen ("Address already in
-    use": seen once with 47600)."""
+    use": seen once with 47600). On loopback, each pytest-xdist worker adds its own
+    :func:`port_offset`: tests running at once must not share a port (namespaces each have
+    their own ports)."""
+    if hosts is None:
+        base_port += port_offset()
     fleet = root / "fleet"
     peerd("fleet", "init", str(fleet))
     nodes: list[Node] = []

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.integration.mesh import Node, cached_origins, make_fleet, peerd, start, wait_for
 
 
@@ -16,6 +18,8 @@ def _audit(*args: str) -> tuple[dict[str, Any], str]:
     return doc, done.stderr
 
 
+# In-process in the default run (tests/daemon/test_audit_inproc.py); real daemons here.
+@pytest.mark.long
 def test_two_daemons_audit_live_and_offline(tmp_path: Path, running: list[Node]) -> None:
     nodes = make_fleet(tmp_path, 2, base_port=27640, learning={"blend": "clipped:1.0"})
     start(nodes, running)

@@ -10,6 +10,10 @@ runs (:class:`peerd.learn.cordialround.CordialLearner`) with the same data, seed
 settings but no peer: until the first view arrives the daemon's round *is* that run, bit for
 bit (checked), so the two differ by the views alone. Measured gaps: 9.3, 15.8 and 8.0 points
 (docs/tasks.md, "Cordial"); 5 is the margin the issue asks of the 4-daemon demo.
+
+The default run has the smoke (a few rounds: views delivered, used, nothing refused, the
+baseline identical until then); the 40 rounds with the accuracy gap run in-process there
+(tests/daemon/test_cordial_inproc.py), and here with ``-m long``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from tests.net.netns import NetnsHost, skip_reason
 pytestmark = pytest.mark.integration
 
 ROUNDS = 40
+#: Enough for a view to arrive and be used on both agents (usually by round 2 or 3).
+SMOKE_ROUNDS = 4
 GAP = 0.05
 WARMUP = 5
 LEARNING = {"mode": "cordial", "round_interval_s": 1.0, "capacity": 1, "batch_size": 65,
@@ -54,22 +60,26 @@ def alone(index: int, rounds: int) -> list[float]:
     return [learner.round([]).test_accuracy for _ in range(rounds)]
 
 
-def test_two_agents_exchange_views_and_beat_learning_without_them(
-    tmp_path: Path, running: list[Node], lan: Callable[[int], list[NetnsHost]]
-) -> None:
-    nodes = make_fleet(tmp_path, 2, hosts=lan(2), mdns=True, learning=LEARNING, task=TASK)
+def two_agents(tmp_path: Path, running: list[Node], hosts: list[NetnsHost], rounds: int,
+               compare: bool) -> None:
+    """Both agents run ``rounds`` rounds: each holds and uses the other's view, refuses
+    nothing, and until its first view computed exactly what it computes alone; with
+    ``compare``, the views also lift the test accuracy at ``rounds`` by ``GAP``."""
+    nodes = make_fleet(tmp_path, 2, hosts=hosts, mdns=True, learning=LEARNING, task=TASK)
     start(nodes, running)
     ids = index_size(25)
-    baselines = [alone(i, ROUNDS) for i in range(2)]  # while the daemons train
+    baselines = [alone(i, rounds) for i in range(2)]  # while the daemons train
 
     def settled() -> bool:
         for node in nodes:
             s = node.status()
-            if s is None or s["node"]["round"] < ROUNDS or s["views"] is None:
+            if s is None or s["node"]["round"] < rounds or s["views"] is None:
+                return False
+            if not any(row["used"] for row in s["views"]["peers"]):
                 return False
         return True
 
-    wait_for(settled, 300, f"{ROUNDS} rounds on both agents", nodes)
+    wait_for(settled, 300, f"{rounds} rounds on both agents, each using a view", nodes)
     report = []
     for i, node in enumerate(nodes):
         s = status(node)
@@ -84,18 +94,38 @@ def test_two_agents_exchange_views_and_beat_learning_without_them(
         assert s["cache"][0]["group"] == f"agent-{1 - i}"  # ... naming its agent
         assert s["rejected"] == {}
         together = curve(node)
-        assert set(range(1, ROUNDS + 1)) <= set(together), node.logs()[-2000:]
+        last = max(together, default=0)  # the newest round line, a view used by then
+        assert set(range(1, max(last, rounds) + 1)) <= set(together), node.logs()[-2000:]
         baseline = baselines[i]
-        for r in range(1, ROUNDS + 1):  # no view yet: the very computation of the baseline
+        for r in range(1, rounds + 1):  # no view yet: the very computation of the baseline
             if together[r][1] > 0:
                 break
             assert abs(together[r][0] - baseline[r - 1]) <= 5e-4, (together, baseline)
-        assert together[ROUNDS][1] == 1
-        report.append((together[ROUNDS][0], baseline[-1]))
-    print(f"test accuracy at round {ROUNDS} (with views, without):", report)  # with -s
-    with_views = statistics.mean(r[0] for r in report)
-    without = statistics.mean(r[1] for r in report)
-    assert with_views >= without + GAP, report
+        assert together[last][1] == 1
+        if compare:
+            assert together[rounds][1] == 1
+        report.append((together[rounds][0], baseline[-1]))
+    print(f"test accuracy at round {rounds} (with views, without):", report)  # with -s
+    if compare:
+        with_views = statistics.mean(r[0] for r in report)
+        without = statistics.mean(r[1] for r in report)
+        assert with_views >= without + GAP, report
+
+
+def test_two_real_daemons_exchange_and_use_views(
+    tmp_path: Path, running: list[Node], lan: Callable[[int], list[NetnsHost]]
+) -> None:
+    # The cordial mode's real-daemon smoke: mDNS, libp2p and the control socket carry
+    # views. What views are worth (40 rounds, a gap to learning alone) is
+    # tests/daemon/test_cordial_inproc.py's, in-process; its real-daemon form is below.
+    two_agents(tmp_path, running, lan(2), SMOKE_ROUNDS, compare=False)
+
+
+@pytest.mark.long
+def test_two_agents_exchange_views_and_beat_learning_without_them(
+    tmp_path: Path, running: list[Node], lan: Callable[[int], list[NetnsHost]]
+) -> None:
+    two_agents(tmp_path, running, lan(2), ROUNDS, compare=True)
 
 
 def mesh_accuracy(root: Path, *, isolated: bool, rounds: int) -> float:

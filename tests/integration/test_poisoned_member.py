@@ -129,7 +129,9 @@ def test_clipping_keeps_a_sign_flipping_member_out_short(
     assert _mean_accuracy(statuses) > 0.5
 
 
-@pytest.mark.slow
+# In-process in the default run (tests/daemon/test_poisoned_inproc.py): the blend rule's
+# and the validation's result, not the network's. Here on real daemons with `-m long`.
+@pytest.mark.long
 def test_clipping_keeps_honest_accuracy_within_5_points_of_a_clean_mesh(
     tmp_path: Path, lan: Callable[[int], list[NetnsHost]], running: list[Node]
 ) -> None:

@@ -326,6 +326,9 @@ def test_7_outsider_and_revoked_member_are_refused_by_reason(
 
 
 # ---------------------------------------------------------------------------- 4 capacity
+# In-process in the default run (tests/daemon/test_inproc_scenarios.py): a cache's rule,
+# not the network's. Here on six real daemons with `-m long`.
+@pytest.mark.long
 def test_4_capacity_two_keeps_only_the_two_freshest_entries(
     tmp_path: Path, running: list[Node]
 ) -> None:
@@ -546,6 +549,9 @@ def test_5_kill_9_mid_round_resumes_without_stalling_the_others(
 LEARNING_ROUNDS = 20
 
 
+# In-process in the default run (tests/daemon/test_inproc_scenarios.py): what a blend
+# learns, not what the network carries. Here on eight real daemons with `-m long`.
+@pytest.mark.long
 def test_9_mesh_learns_better_than_the_same_hosts_alone_on_non_iid_digits(
     tmp_path: Path, running: list[Node]
 ) -> None:

@@ -55,6 +55,8 @@ def lose_state(node: Node) -> None:
     assert (node.dir / "node.key").exists()
 
 
+# In-process in the default run (tests/daemon/test_state_loss_inproc.py); real daemons here.
+@pytest.mark.long
 def test_a_node_restarted_with_an_empty_state_dir_is_accepted_on_its_next_publish(
     tmp_path: Path, running: list[Node]
 ) -> None:
