@@ -263,7 +263,8 @@ def sim(
         typer.echo(json.dumps(summary))
         return
     console = Console()
-    console.print(f"wrote metrics{'' if no_plots else ' and plots'} to {out}")
+    # soft_wrap: a long --out path stays one line (a terminal's width must not split it)
+    console.print(f"wrote metrics{'' if no_plots else ' and plots'} to {out}", soft_wrap=True)
     for alg, res in summary["results"].items():
         line = f"{alg:>11}: final accuracy {res['final_accuracy_mean']:.4f} ± "
         line += f"{res['final_accuracy_std']:.4f}"
