@@ -36,8 +36,10 @@ from peerd.core.round import (
     Anchor,
     Blend,
     BlendPolicy,
+    LocalPolicy,
     PublishRule,
     RoundAgent,
+    RoundOutcome,
     cached_dfl_round,
 )
 from peerd.core.staleness import Clock
@@ -185,21 +187,8 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     data = task.data()  # re-read every round: local data may have grown
     n = len(data.y_train)
     own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
-    # Only the example count and age matter to α; the digest is never looked at here,
-    # so the (44 MB) model is not hashed for it.
-    own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id, n, "")
     ops = _ModelOps(model, own_params, data, task.loss, inp)
-    published = inp.published
-
-    def moved(trained: _Trained) -> list[float]:
-        return [math.inf if published is None else drift(trained.params, published)]
-
-    outcome = cached_dfl_round(
-        [RoundAgent(own_meta, inp.cache, published=inp.model_is_published)],
-        clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops, blend=inp.blend,
-        local=PLAIN if inp.local is None else inp.local.policy,
-        rule=PublishRule(inp.epsilon, moved, silent_for=(inp.silent_for_s,),
-                         max_silence=inp.max_silence_s))
+    outcome = _core_round(inp, ops, n, PLAIN if inp.local is None else inp.local.policy)
     (plan,), trained = outcome.plans, outcome.trained
     assert outcome.drift is not None  # a rule was given
     # Evaluated in training-sized batches: no activation buffer larger than a step's.
@@ -218,20 +207,9 @@ def _learner_round(model: nn.Module, inp: RoundInput, lr: LearnerRound) -> Round
     publish decision), ``ops.train`` being the learner's fit; then its evaluation. A failed
     fit or evaluation publishes nothing."""
     own_params = {k: v.detach() for k, v in model.state_dict().items()}  # views
-    # α needs the own example count before this round's fit tells it: the last fit's.
-    own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(own_params).id,
-                         lr.own_examples, "")
     ops = _ModelOps(model, own_params, None, "cross_entropy", inp)
-    published = inp.published
-
-    def moved(trained: _Trained) -> list[float]:
-        return [math.inf if published is None else drift(trained.params, published)]
-
-    outcome = cached_dfl_round(
-        [RoundAgent(own_meta, inp.cache, published=inp.model_is_published)],
-        clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops, blend=inp.blend,
-        rule=PublishRule(inp.epsilon, moved, silent_for=(inp.silent_for_s,),
-                         max_silence=inp.max_silence_s))
+    # α needs the own example count before this round's fit tells it: the last fit's.
+    outcome = _core_round(inp, ops, lr.own_examples, PLAIN)
     (plan,), trained = outcome.plans, outcome.trained
     assert outcome.drift is not None  # a rule was given
     fitted, config = ops.fitted, ops.fit_config
@@ -252,6 +230,27 @@ def _learner_round(model: nn.Module, inp: RoundInput, lr: LearnerRound) -> Round
         blend_refused=ops.refused, update_norms=ops.norms, norm_verdicts=ops.verdicts,
         weights=ops.weights, learner_failure=failure,
         learner_metrics=None if fitted.fit is None else dict(fitted.fit.metrics))
+
+
+def _core_round(inp: RoundInput, ops: _ModelOps, examples: int,
+                local: LocalPolicy) -> RoundOutcome[_Trained]:
+    """:func:`cached_dfl_round` for the one model ``ops`` holds, ``examples`` its own example
+    count for α; publish if it moved more than ε or its last entry is ``max_silence_s`` old."""
+    # Only the example count and age matter to α; the digest is never looked at here,
+    # so the (44 MB) model is not hashed for it.
+    own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(ops.own_params).id,
+                         examples, "")
+    published = inp.published
+
+    def moved(trained: _Trained) -> list[float]:
+        return [math.inf if published is None else drift(trained.params, published)]
+
+    return cached_dfl_round(
+        [RoundAgent(own_meta, inp.cache, published=inp.model_is_published)],
+        clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops, blend=inp.blend,
+        local=local,
+        rule=PublishRule(inp.epsilon, moved, silent_for=(inp.silent_for_s,),
+                         max_silence=inp.max_silence_s))
 
 
 class _ModelOps:
