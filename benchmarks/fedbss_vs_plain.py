@@ -9,16 +9,22 @@ for seeds 0, 1, 2. Both policies take the same number of SGD steps per round (K 
 ``--local-steps``; FedBSS: ``--fedbss-steps K``, spread over its E epochs) at the same batch
 size, so they differ only in *which* samples the steps see. Each run's ``summary.json`` and
 ``metrics.csv`` go to ``docs/reproduction/fedbss/<policy>-s<seed>/``; the aggregate (mean ±
-std over seeds of accuracy and of mean local drift, per round) to
+sample std over seeds of accuracy and of mean local drift, per round) to
 ``docs/reproduction/fedbss-vs-plain.json`` and a figure beside it. Owns only those outputs.
+``--reaggregate`` rebuilds the aggregate from the committed per-run CSVs (runs nothing).
+
+The tables are rendered into docs/reproduction.md by ``benchmarks.reproduce`` (``fedbss-rounds``
+and ``fedbss-seeds`` in :data:`TABLES`), and tests/docs re-renders them.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import resource
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.reproduce import Outputs
 from peerd.sim.output import write_outputs
 from peerd.sim.runner import SimConfig, run
 
@@ -62,23 +69,43 @@ def one(cfg: SimConfig, out: Path) -> dict[str, Any]:
             "drift": [r.drift_mean for r in recs]}
 
 
-def aggregate(runs: list[dict[str, Any]], cfg: SimConfig) -> dict[str, Any]:
-    out: dict[str, Any] = {"config": cfg.to_json(), "seeds": list(SEEDS), "policies": {}}
+def aggregate(runs: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"config": config, "seeds": list(SEEDS), "policies": {},
+                           "std": "sample (ddof = 1) over the seeds"}
     for pol in POLICIES:
         mine = [r for r in runs if r["policy"] == pol]
         acc = np.array([r["accuracy"] for r in mine])
         drift = np.array([r["drift"] for r in mine])
+        warmup = config["fedbss_warmup_rounds"]
         out["policies"][pol] = {
             "rounds": mine[0]["rounds"],
-            "accuracy_mean": acc.mean(0).tolist(), "accuracy_std": acc.std(0).tolist(),
-            "drift_mean": drift.mean(0).tolist(), "drift_std": drift.std(0).tolist(),
+            # Sample std (ddof = 1): the convention of every table in docs/ (issue 28).
+            "accuracy_mean": acc.mean(0).tolist(), "accuracy_std": acc.std(0, ddof=1).tolist(),
+            "drift_mean": drift.mean(0).tolist(), "drift_std": drift.std(0, ddof=1).tolist(),
             "final_accuracy": [float(a) for a in acc[:, -1]],
             # Per seed, the mean drift over the curriculum rounds (after the warm-up).
-            "curriculum_drift": [float(d[cfg.fedbss_warmup_rounds:].mean()) for d in drift],
+            "curriculum_drift": [float(d[warmup:].mean()) for d in drift],
             "wall_seconds": [r["wall_seconds"] for r in mine],
             "cpu_seconds": [r["cpu_seconds"] for r in mine],
         }
     return out
+
+
+def runs_from_outputs(out: Path, previous: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs as :func:`one` returned them, read back from the committed per-run CSVs; the
+    wall and CPU seconds (not in the CSVs) from the ``previous`` aggregate."""
+    runs = []
+    for pol in POLICIES:
+        for k, seed in enumerate(SEEDS):
+            with (out / "fedbss" / f"{pol}-s{seed}" / "metrics.csv").open() as f:
+                rows = [r for r in csv.DictReader(f) if r["algorithm"] == "cached-dfl"]
+            runs.append({"policy": pol, "seed": seed,
+                         "wall_seconds": previous["policies"][pol]["wall_seconds"][k],
+                         "cpu_seconds": previous["policies"][pol]["cpu_seconds"][k],
+                         "rounds": [int(r["round"]) for r in rows],
+                         "accuracy": [float(r["accuracy_mean"]) for r in rows],
+                         "drift": [float(r["drift_mean"]) for r in rows]})
+    return runs
 
 
 def plot(agg: dict[str, Any], path: Path) -> None:
@@ -102,36 +129,57 @@ def plot(agg: dict[str, Any], path: Path) -> None:
         ax.legend()
     a1.set_ylabel("test accuracy (mean over agents)")
     a2.set_ylabel("mean local drift ‖w − x̄‖₂")
-    fig.suptitle("cached-dfl, MNIST shards: plain vs FedBSS (mean ± std over 3 seeds)")
+    fig.suptitle("cached-dfl, MNIST shards: plain vs FedBSS (mean ± sample std, 3 seeds)")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
-def table(agg: dict[str, Any]) -> str:
-    """The docs' markdown: accuracy and drift per round (mean ± std over seeds), and per seed
-    the final accuracy and the mean drift over the curriculum rounds."""
+def _picked_rounds(agg: dict[str, Any]) -> list[int]:
     warm, last = agg["config"]["fedbss_warmup_rounds"], agg["config"]["rounds"]
-    pick = sorted(r for r in {1, warm, warm + 1, warm + 5, *range(25, last + 1, 25), last}
+    return sorted(r for r in {1, warm, warm + 1, warm + 5, *range(25, last + 1, 25), last}
                   if 1 <= r <= last)
+
+
+def rounds_table(agg: dict[str, Any]) -> str:
+    """Accuracy and drift at chosen rounds, mean ± sample std over the seeds."""
     plain, fed = agg["policies"]["plain"], agg["policies"]["fedbss"]
     lines = ["| round | plain accuracy | FedBSS accuracy | plain drift | FedBSS drift |",
              "|---:|---:|---:|---:|---:|"]
-    for r in pick:
+    for r in _picked_rounds(agg):
         i = plain["rounds"].index(r)
         cells = [f"{p['accuracy_mean'][i]:.4f} ± {p['accuracy_std'][i]:.4f}"
                  for p in (plain, fed)]
         cells += [f"{p['drift_mean'][i]:.3f} ± {p['drift_std'][i]:.3f}" for p in (plain, fed)]
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
-    lines += ["", "| seed | plain final acc | FedBSS final acc | plain curriculum-round drift "
-              "| FedBSS curriculum-round drift | plain cpu s | FedBSS cpu s |",
-              "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", f"(mean ± sample std, n = {len(agg['seeds'])} seeds.)"]
+    return "\n".join(lines) + "\n"
+
+
+def seeds_table(agg: dict[str, Any]) -> str:
+    """Per seed: the final accuracy and the mean drift over the curriculum rounds."""
+    plain, fed = agg["policies"]["plain"], agg["policies"]["fedbss"]
+    lines = ["| seed | plain final acc | FedBSS final acc | plain curriculum-round drift "
+             "| FedBSS curriculum-round drift | plain cpu s | FedBSS cpu s |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
     for k, seed in enumerate(agg["seeds"]):
         lines.append(f"| {seed} | {plain['final_accuracy'][k]:.4f} | "
                      f"{fed['final_accuracy'][k]:.4f} | {plain['curriculum_drift'][k]:.3f} | "
                      f"{fed['curriculum_drift'][k]:.3f} | {plain['cpu_seconds'][k]} | "
                      f"{fed['cpu_seconds'][k]} |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
+
+
+def _committed() -> dict[str, Any]:
+    return dict(json.loads((OUT / "fedbss-vs-plain.json").read_text()))
+
+
+#: docs/reproduction.md's FedBSS tables, from the committed aggregate (the report's Outputs
+#: are the Cached-DFL runs under docs/results/ and are not read).
+TABLES: dict[str, Callable[[Outputs], str]] = {
+    "fedbss-rounds": lambda _o: rounds_table(_committed()),
+    "fedbss-seeds": lambda _o: seeds_table(_committed()),
+}
 
 
 def main() -> None:
@@ -144,10 +192,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--table", action="store_true",
                     help="print the docs' tables from the committed JSON; run nothing")
+    ap.add_argument("--reaggregate", action="store_true",
+                    help="rebuild the aggregate JSON from the per-run CSVs there; run nothing")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.table:
-        print(table(json.loads((args.out / "fedbss-vs-plain.json").read_text())))
+        agg = json.loads((args.out / "fedbss-vs-plain.json").read_text())
+        print(rounds_table(agg) + "\n" + seeds_table(agg), end="")
+        return
+    if args.reaggregate:
+        path = args.out / "fedbss-vs-plain.json"
+        previous = json.loads(path.read_text())
+        agg = aggregate(runs_from_outputs(args.out, previous), previous["config"])
+        path.write_text(json.dumps(agg, indent=1) + "\n")
+        plot(agg, args.out / "fedbss-vs-plain.png")
         return
     if args.quick:
         args.agents, args.rounds, args.eval_samples, args.warmup = 4, 3, 200, 1
@@ -160,7 +218,7 @@ def main() -> None:
     for r in runs:
         print(f"{r['policy']} seed {r['seed']}: final acc {r['accuracy'][-1]:.4f}, "
               f"wall {r['wall_seconds']} s, cpu {r['cpu_seconds']} s", flush=True)
-    agg = aggregate(runs, cfg)
+    agg = aggregate(runs, cfg.to_json())
     (args.out / "fedbss-vs-plain.json").write_text(json.dumps(agg, indent=1) + "\n")
     plot(agg, args.out / "fedbss-vs-plain.png")
 

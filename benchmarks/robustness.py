@@ -81,7 +81,8 @@ def one(job: tuple[str, float, str, int, dict[str, Any], str]) -> tuple[str, flo
 
 def table(out: Path, attacks: Sequence[str], fractions: Sequence[float], rules: Sequence[str],
           seeds: Sequence[int], extra: Sequence[str]) -> str:
-    """Markdown: rows attack × fraction, columns rules; final accuracy % mean ± std (n)."""
+    """Markdown: rows attack × fraction, columns rules; final accuracy % mean ± sample std
+    over the seeds (n given where a cell has fewer runs than seeds)."""
     cols = list(rules) + [r for r in extra if r not in rules]
 
     def cell(attack: str, fraction: float, rule: str) -> str:
@@ -93,7 +94,8 @@ def table(out: Path, attacks: Sequence[str], fractions: Sequence[float], rules: 
                 accs.append(100 * res["final_accuracy_mean"])
         if not accs:
             return "—"
-        sd = statistics.pstdev(accs) if len(accs) > 1 else 0.0
+        # Sample std (ddof = 1), the convention of every table in docs/ (issue 28).
+        sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
         note = "" if len(accs) == len(seeds) else f" (n={len(accs)})"
         return f"{statistics.fmean(accs):.1f} ± {sd:.1f}{note}"
 
