@@ -12,6 +12,9 @@ writes x̄ into the input buffer (one copy) and the worker maps it copy-on-write
 and ``anchor`` (no copy: a page is copied only if the learner writes it); the worker writes
 its result into the output buffer (one copy), which the daemon maps and copies into its model.
 
+The external learner's socket (:mod:`peerd.learn.learner.external`) uses the same frames
+and the same buffer layout (memfds instead of files).
+
 Imports torch and the standard library only.
 """
 
