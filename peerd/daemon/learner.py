@@ -9,12 +9,13 @@ is checked here and bound with the control socket.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 from torch import nn
 
-from peerd.control.server import ControlError, check_socket_free
+from peerd.control.server import MAX_SOCKET_PATH_LEN, ControlError, check_socket_free
 from peerd.daemon.config import Config
 from peerd.daemon.external import ExternalSide
 from peerd.daemon.startup import DaemonError
@@ -54,6 +55,9 @@ def open_external(cfg: Config, model: nn.Module, node_id: str,
     lc, learning = cfg.learner, cfg.learning
     device = learner_device(cfg)
     path = learner_socket(cfg.node.state_dir)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH_LEN:
+        raise DaemonError(f'[learner] kind = "external": the learner socket {path} is longer '
+                          f"than {MAX_SOCKET_PATH_LEN} bytes; choose a shorter [node] state_dir")
     try:
         check_socket_free(path)
     except ControlError as exc:

@@ -315,3 +315,39 @@ def test_a_round_without_a_publish_publishes_nothing(tmp_path: Path) -> None:
     assert again is not None
     assert again.entry.meta.version == 2  # overdue: the same model signed again
     assert again.entry.meta.num_examples == 5
+
+
+def test_clients_beyond_the_cap_are_told_busy(tmp_path: Path) -> None:
+    from peerd.learn.learner.external import MAX_CLIENTS
+
+    a, _, _ = pair(tmp_path)
+    state = a.cfg.node.state_dir
+
+    def crowd() -> str:
+        held = [peerd.client.connect(state) for _ in range(MAX_CLIENTS)]
+        try:
+            with pytest.raises(peerd.client.BusyError, match=f"{MAX_CLIENTS} clients"):
+                peerd.client.connect(state)
+            held.pop().close()
+            deadline = time.monotonic() + 10.0
+            while side(a).clients == MAX_CLIENTS and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with peerd.client.connect(state) as peer:  # room again
+                return peer.node_id
+        finally:
+            for peer in held:
+                peer.close()
+
+    assert attached(a, crowd) == a.node.id
+
+
+def test_a_learner_socket_path_too_long_stops_start_up_in_one_line(tmp_path: Path) -> None:
+    from peerd.daemon.startup import DaemonError
+
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    (cfg,) = mode_configs(deep, ModeName.WEIGHTS, n=1)
+    with pytest.raises(DaemonError, match=r'^\[learner\] kind = "external": the learner socket '
+                                          r'.*learner\.sock is longer than 107 bytes; choose a '
+                                          r'shorter \[node\] state_dir$'):
+        Daemon(external(cfg))
