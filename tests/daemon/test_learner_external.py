@@ -351,3 +351,41 @@ def test_a_learner_socket_path_too_long_stops_start_up_in_one_line(tmp_path: Pat
                                           r'.*learner\.sock is longer than 107 bytes; choose a '
                                           r'shorter \[node\] state_dir$'):
         Daemon(external(cfg))
+
+
+def test_peerd_run_serves_the_learner_socket_from_ready_to_stop(tmp_path: Path) -> None:
+    # The whole daemon (libp2p host on loopback, control socket, round loop): the learner
+    # socket answers once READY=1 is out, a publish is signed by a round it wakes (the
+    # round interval is far longer than the test), status over the control socket shows
+    # it, and the socket is gone once the daemon stopped.
+    from peerd.control.server import request_status
+    from tests.daemon.test_ready import _daemon
+
+    d = _daemon(tmp_path, learner=LearnerConfig(kind="external", model=MODEL, device="cpu",
+                                                node_config={"partition-id": 0}))
+    d.cfg = dataclasses.replace(d.cfg, learning=dataclasses.replace(d.cfg.learning,
+                                                                    round_interval_s=3600.0))
+    path = learner_socket(d.cfg.node.state_dir)
+
+    def client() -> None:
+        _publish(d, by=0.2, n=12)
+        status = request_status(d.cfg.node.control_socket)
+        assert status.learner is not None
+        ext = status.learner.external
+        assert ext is not None
+        assert (ext.publishes, ext.last_version) == (1, 1)
+        assert status.node.published_version == 1
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(d.run)
+            await d.ready.wait()
+            assert path.exists()
+            await trio.to_thread.run_sync(client)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    own = d.node.own
+    assert own is not None
+    assert own.entry.meta.num_examples == 12
+    assert not path.exists()
