@@ -18,6 +18,7 @@ leaves it.
 from __future__ import annotations
 
 import array
+import contextlib
 import os
 import socket
 from collections.abc import Mapping
@@ -200,7 +201,9 @@ def connect(where: str | os.PathLike[str], *, timeout: float = CALL_TIMEOUT_S) -
     sock.settimeout(timeout)
     try:
         sock.connect(str(path))
-        _send(sock, {"op": "hello", "api": API_VERSION}, None)
+        # A daemon turning us away may answer and close before our hello: read its answer.
+        with contextlib.suppress(BrokenPipeError):
+            _send(sock, {"op": "hello", "api": API_VERSION}, None)
         hello = _checked(_receive(sock), path)
     except FileNotFoundError:
         sock.close()
@@ -214,6 +217,10 @@ def connect(where: str | os.PathLike[str], *, timeout: float = CALL_TIMEOUT_S) -
     except TimeoutError:
         sock.close()
         raise ClientError(f"no answer from {path} within {timeout:g} s", "timeout") from None
+    except (ConnectionResetError, BrokenPipeError):
+        sock.close()
+        raise DaemonGoneError(f"the daemon at {path} closed the connection before answering "
+                              "(it is stopping?)") from None
     except BaseException:
         sock.close()
         raise

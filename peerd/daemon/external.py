@@ -168,10 +168,7 @@ class ExternalSide:
     async def _client(self, stream: trio.SocketStream) -> None:
         async with stream:
             if self.clients >= MAX_CLIENTS:
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await stream.send_all(frame(_error(
-                        "busy", f"{MAX_CLIENTS} clients are attached already, the most this "
-                                "daemon serves at once")))
+                await _turn_away(stream)
                 return
             self.clients += 1
             try:
@@ -278,6 +275,20 @@ class ExternalSide:
                                           "did not end in time; see the daemon's log")
         return {"ok": True, "round": outcome.round, "published": outcome.version is not None,
                 "version": outcome.version}
+
+
+async def _turn_away(stream: trio.SocketStream) -> None:
+    """Answer ``busy`` to a client beyond the cap, then read (and drop) what it sent for a
+    moment: closing a Unix socket with unread input resets it, and the client would see a
+    reset instead of the answer. Bounded in time, so turned-away clients cost a second each."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError), \
+            trio.move_on_after(1.0):
+        await stream.send_all(frame(_error(
+            "busy", f"{MAX_CLIENTS} clients are attached already, the most this daemon "
+                    "serves at once")))
+        await stream.send_eof()
+        while await stream.receive_some(1 << 16):
+            pass
 
 
 async def _recv(sock: trio.socket.SocketType, n: int, fds: list[int]) -> bytes:
