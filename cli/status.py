@@ -243,10 +243,21 @@ def status_view(status: Status) -> Group:
 
 def learner_lines(lr: LearnerStatus) -> list[RenderableType]:
     """A learner of the user's: where it runs, its last metrics, its failures."""
-    worker = f"worker pid {lr.worker_pid}" if lr.worker_pid is not None else "no worker running"
-    lines: list[RenderableType] = [
-        f"learner: {lr.kind} {lr.entry or '-'} on {lr.device}, {worker} "
-        f"({lr.worker_restarts} restarts)"]
+    ext = lr.external
+    if ext is not None:
+        last = ("no publish yet" if ext.last_publish is None else
+                f"last publish at {_ts(ext.last_publish)}"
+                + ("" if ext.last_version is None else f" (version {ext.last_version})"))
+        attached = "no client attached" if ext.clients == 0 else (
+            f"{ext.clients} client{'s' * (ext.clients > 1)} attached")
+        head = (f"learner: external on {lr.device}, {attached} to {ext.socket}; {last}, "
+                f"{ext.publishes} publishes, {ext.blends} blends")
+    else:
+        worker = (f"worker pid {lr.worker_pid}" if lr.worker_pid is not None
+                  else "no worker running")
+        head = (f"learner: {lr.kind} {lr.entry or '-'} on {lr.device}, {worker} "
+                f"({lr.worker_restarts} restarts)")
+    lines: list[RenderableType] = [head]
     if lr.metrics:
         lines.append("learner metrics: " + "  ".join(f"{k} {_fmt(v, 4)}"
                                                      for k, v in sorted(lr.metrics.items())))

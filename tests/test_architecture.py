@@ -38,14 +38,16 @@ PURE = ("peerd.core", "peerd.protocol")
 #: travels net -> node -> store -> learn -> control, but imports follow who calls whom: the
 #: node is bookkeeping the store persists and the gossip driver (net) updates, so net, learn
 #: and control all stand on node and store. The daemon wires every stage; the simulator and
-#: the meshes reuse them without one another; the commands and ``peerd`` itself sit on top.
+#: the meshes reuse them without one another; the commands and the client library of an
+#: external learner (a client of the daemon's sockets, like the commands), then ``peerd``
+#: itself, sit on top.
 LAYERS: tuple[tuple[str, ...], ...] = (
     PURE,
     ("peerd.node",),
     ("peerd.store",),
     ("peerd.net", "peerd.learn", "peerd.control"),
     ("peerd.daemon", "peerd.sim", "peerd.mesh"),
-    ("peerd.cli",),
+    ("peerd.cli", "peerd.client"),
     ("peerd",),  # peerd/__init__.py
 )
 ALLOWED_AT_TOP = {"__init__.py", "__main__.py"}

@@ -149,6 +149,15 @@ def _learner(s: Status) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
                             "Times the learner's worker process was started again")
     c.add_metric([], float(lr.worker_restarts))
     yield c
+    if lr.external is not None:
+        g = GaugeMetricFamily("peerd_learner_external_clients",
+                              "Training processes attached to the learner socket")
+        g.add_metric([], float(lr.external.clients))
+        yield g
+        c = CounterMetricFamily("peerd_learner_external_publishes",
+                                "Publishes of the external learner accepted by the checks")
+        c.add_metric([], float(lr.external.publishes))
+        yield c
     g = GaugeMetricFamily("peerd_learner_metric", "The learner's metrics of its last fit",
                           labels=["name"])
     for name, value in sorted(lr.metrics.items())[:MAX_LEARNER_METRICS]:

@@ -188,8 +188,26 @@ class ViewsStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ExternalStatus:
+    """``[learner] kind = "external"``: the socket a training process attaches to and what
+    came over it since start (refused publishes are counted in ``LearnerStatus.failed``)."""
+
+    socket: str
+    #: Training processes attached now.
+    clients: int
+    blends: int
+    #: Publishes accepted by the checks, and when the last one came (Unix time).
+    publishes: int
+    last_publish: float | None
+    #: The version the last accepted publish was signed as (None: none, or not published:
+    #: it moved no more than ``[learning] epsilon``).
+    last_version: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class LearnerStatus:
-    """A learner of the user's (``[learner] kind`` python or flower) and its worker."""
+    """A learner of the user's (``[learner] kind`` python, flower or external) and its
+    worker (or, external, its socket)."""
 
     kind: str
     entry: str | None
@@ -206,6 +224,8 @@ class LearnerStatus:
     #: The worker's pid while one runs, and how many times it was started again.
     worker_pid: int | None
     worker_restarts: int
+    #: kind = external only: its socket and clients.
+    external: ExternalStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,8 +257,9 @@ class Status:
     #: Cordial mode (``[learning] mode = "cordial"``): whose views are held, for how many of
     #: the current ids; None in the other modes.
     views: ViewsStatus | None = None
-    #: Weight mode with a learner of the user's (``[learner] kind`` python, flower): its
-    #: worker, failures and last metrics; None with the builtin learner and in other modes.
+    #: Weight mode with a learner of the user's (``[learner] kind`` python, flower,
+    #: external): its worker (or socket), failures and last metrics; None with the builtin
+    #: learner and in other modes.
     learner: LearnerStatus | None = None
 
 

@@ -85,4 +85,10 @@ def should_publish(drift_since_last: float, epsilon: float, *, silent_for: float
                          f"at most {max_silence}")
     if epsilon == 0 or drift_since_last > epsilon:
         return True
+    return overdue(silent_for, max_silence)
+
+
+def overdue(silent_for: float, max_silence: float) -> bool:
+    """The last published entry is ``max_silence`` old (or the clock stepped back past it):
+    it must be republished even unchanged, or peers age it out of their blends."""
     return silent_for >= max_silence or silent_for < 0

@@ -13,7 +13,8 @@ python = "/opt/flower/bin/python"  # optional: the worker's interpreter (another
 ```
 
 What the keys require of each other and of the other sections is checked here too: ``entry``
-and ``model`` for the python and flower kinds (and only for them), weight mode only for any
+and ``model`` for the python and flower kinds (and only for them; external: ``model`` and
+no ``entry``, ``python`` or ``timeout_s``), weight mode only for any
 kind but builtin, no ``[task]`` beside one (the learner reads its own data and ``model``
 builds the model), no FedBSS (a built-in curriculum). Whether the device exists is known
 only to torch, which this module must not import (``peerd status`` loads it): the daemon
@@ -148,7 +149,17 @@ def read_learner(raw: Any) -> LearnerConfig:
               for name in SUBTABLES if name in raw}
     learner = LearnerConfig(**values, **tables)
     kind = learner.kind
-    if learner.runs_worker:
+    if kind == "external":
+        # The daemon holds, blends and signs the fleet's model; the user's process trains it.
+        if learner.model is None:
+            raise ConfigError('[learner] model: required with kind = "external" (the fleet\'s '
+                              "model, a callable returning an nn.Module, package.module:attr)")
+        for key in ("entry", "python", "timeout_s"):
+            if key in flat:
+                raise ConfigError(f'[learner] {key}: not used with kind = "external" (the '
+                                  "training process is the user's own; it attaches to the "
+                                  "daemon's learner socket)")
+    elif learner.runs_worker:
         for key in ("entry", "model"):
             if getattr(learner, key) is None:
                 what = ("the learner (or its factory)" if key == "entry" and kind == "python"

@@ -33,13 +33,14 @@ import torch
 import trio
 
 from peerd.control.metrics import StatusMetrics, start_metrics_server
-from peerd.control.server import ControlServer, Operations
+from peerd.control.server import ControlError, ControlServer, Operations
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import Status
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
 from peerd.daemon import sdnotify
 from peerd.daemon.config import Config, mode_of
+from peerd.daemon.external import ExternalSide
 from peerd.daemon.host import Metrics
 from peerd.daemon.launch import load_data
 from peerd.daemon.memory import pin_mmap_threshold, release_freed_memory
@@ -212,7 +213,17 @@ class Daemon:
                 # A bad CSV row set, a full disk: log, keep the node alive, retry next round.
                 log.error("round failed: %s", exc)
                 self.state.audit("round_failed", error=str(exc)[:500])
-            await trio.sleep(max(0.0, interval - (trio.current_time() - started)))
+            # An external learner's publish wakes the loop: its round signs it now.
+            with trio.move_on_after(max(0.0, interval - (trio.current_time() - started))):
+                ext = self._external()
+                if ext is None:
+                    await trio.sleep_forever()
+                else:
+                    await ext.round_wanted()
+
+    def _external(self) -> ExternalSide | None:
+        """``[learner] kind = "external"``'s socket side (None: another learner or mode)."""
+        return self.mode.external if isinstance(self.mode, WeightsMode) else None
 
     # ------------------------------------------------------------------ gossip
     def _session_ctx(self) -> SessionContext:
@@ -435,6 +446,13 @@ class Daemon:
                                                          self.participation.answer),
                                               group=cfg.node.socket_group)
             nursery.start_soon(server.serve)
+            external = self._external()
+            if external is not None:  # bound before READY=1, as the control socket
+                try:
+                    await external.open()
+                except ControlError as exc:
+                    raise DaemonError(f"[learner] kind = \"external\": {exc.message}") from None
+                nursery.start_soon(external.serve)
             async with open_transport(self.key, self._inbound, tcfg, admit=self._admits,
                                       on_refused=self._refused_connection,
                                       on_connected=self._on_connected,

@@ -40,6 +40,7 @@ from peerd.core.round import (
     PublishRule,
     RoundAgent,
     RoundOutcome,
+    blend_step,
     cached_dfl_round,
 )
 from peerd.core.staleness import Clock
@@ -236,21 +237,55 @@ def _core_round(inp: RoundInput, ops: _ModelOps, examples: int,
                 local: LocalPolicy) -> RoundOutcome[_Trained]:
     """:func:`cached_dfl_round` for the one model ``ops`` holds, ``examples`` its own example
     count for α; publish if it moved more than ε or its last entry is ``max_silence_s`` old."""
-    # Only the example count and age matter to α; the digest is never looked at here,
-    # so the (44 MB) model is not hashed for it.
-    own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(ops.own_params).id,
-                         examples, "")
     published = inp.published
 
     def moved(trained: _Trained) -> list[float]:
         return [math.inf if published is None else drift(trained.params, published)]
 
     return cached_dfl_round(
-        [RoundAgent(own_meta, inp.cache, published=inp.model_is_published)],
+        [_agent(inp, ops, examples)],
         clock=inp.clock, policy=inp.policy, rho=inp.rho, ops=ops, blend=inp.blend,
         local=local,
         rule=PublishRule(inp.epsilon, moved, silent_for=(inp.silent_for_s,),
                          max_silence=inp.max_silence_s))
+
+
+def _agent(inp: RoundInput, ops: _ModelOps, examples: int) -> RoundAgent:
+    """The round's one agent: the own model with ``examples`` for α, and the cache."""
+    # Only the example count and age matter to α; the digest is never looked at here,
+    # so the (44 MB) model is not hashed for it.
+    own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, Schema.of(ops.own_params).id,
+                         examples, "")
+    return RoundAgent(own_meta, inp.cache, published=inp.model_is_published)
+
+
+@dataclass(frozen=True, slots=True)
+class Blended:
+    """What :func:`blend_now` blended: α by origin (own first) and what the round's output
+    reports of a blend (see :class:`RoundOutput`)."""
+
+    alpha: dict[str, float]
+    weights: dict[str, float] | None
+    refused: str | None
+    update_norms: dict[str, float] | None
+    norm_verdicts: dict[str, Verdict] | None
+
+
+def blend_now(model: nn.Module, into: Mapping[str, torch.Tensor], inp: RoundInput,
+              examples: int) -> Blended:
+    """x̄ as a round of ``inp`` blends it, written into ``into`` (tensors in the model's
+    schema: an external learner's buffer) and the model left as it is: the own model is
+    copied into ``into``, then the core round's blend step (:func:`blend_step`: plan, α,
+    the configured rule, update-norm validation) blends the cache into it in place, as
+    :func:`run_round` blends into the model. ``examples``: the own model's count for α."""
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            into[name].copy_(t)
+    ops = _ModelOps(model, dict(into), None, "cross_entropy", inp)
+    (plan,) = blend_step([_agent(inp, ops, examples)], clock=inp.clock, policy=inp.policy,
+                         ops=ops, blend=inp.blend)
+    return Blended(alpha=plan.as_dict(), weights=ops.weights, refused=ops.refused,
+                   update_norms=ops.norms, norm_verdicts=ops.verdicts)
 
 
 class _ModelOps:

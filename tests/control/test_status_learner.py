@@ -10,7 +10,7 @@ from rich.console import Console
 
 from peerd.cli.status import render_status
 from peerd.control.metrics import LEARNER_REASONS, StatusMetrics, start_metrics_server
-from peerd.control.status import LearnerStatus, Status, from_json, to_json
+from peerd.control.status import ExternalStatus, LearnerStatus, Status, from_json, to_json
 from peerd.learn.learner.check import MAX_METRICS
 from peerd.learn.learner.contract import LearnerError, Refusal
 from peerd.learn.learner.stats import LearnerStats
@@ -82,5 +82,44 @@ def test_prometheus_serves_failures_by_reason_and_the_last_metrics() -> None:
         assert got["peerd_learner_worker_restarts_total"] == 1.0
         metrics.update(sample_status())
         assert not any("learner" in k for k in scrape(port))  # builtin: no learner series
+    finally:
+        stop()
+
+
+def external_status(clients: int = 1) -> Status:
+    ext = ExternalStatus(socket="/var/lib/peerd/learner.sock", clients=clients, blends=7,
+                         publishes=5, last_publish=1_800_000_000.0, last_version=9)
+    status = with_learner(kind="external", entry=None, worker_pid=None, worker_restarts=0,
+                          external=ext)
+    return dataclasses.replace(status, config=dataclasses.replace(status.config,
+                                                                  learner="external"))
+
+
+def test_an_external_learner_s_block_round_trips_shows_and_is_served() -> None:
+    status = external_status()
+    encoded = to_json(status)
+    assert encoded["learner"]["external"] == {
+        "socket": "/var/lib/peerd/learner.sock", "clients": 1, "blends": 7, "publishes": 5,
+        "last_publish": 1_800_000_000.0, "last_version": 9}
+    assert from_json(json.loads(json.dumps(encoded))) == status
+    console = Console(record=True, width=240)
+    render_status(console, status)
+    text = console.export_text()
+    assert ("learner: external on cpu, 1 client attached to /var/lib/peerd/learner.sock; "
+            "last publish at ") in text
+    assert "(version 9), 5 publishes, 7 blends" in text
+    assert "learner failed rounds: crashed 1" in text  # refusals: the same line as a worker's
+    console = Console(record=True, width=240)
+    render_status(console, external_status(clients=0))
+    assert "no client attached" in console.export_text()
+    metrics = StatusMetrics()
+    port, stop = start_metrics_server("127.0.0.1:0", metrics)
+    try:
+        metrics.update(status)
+        got = scrape(port)
+        assert got["peerd_learner_external_clients"] == 1.0
+        assert got["peerd_learner_external_publishes_total"] == 5.0
+        metrics.update(with_learner())
+        assert not any("external" in k for k in scrape(port))  # a worker: no such series
     finally:
         stop()

@@ -106,9 +106,28 @@ def test_the_worker_may_run_under_another_interpreter() -> None:
     assert loads_config(doc(learner=PY)).learner.python is None
 
 
-def test_external_is_accepted_by_the_loader() -> None:
-    # Refused at start-up instead (peerd.daemon.learner.open_worker: "not yet supported").
-    assert loads_config(doc(learner={"kind": "external"})).learner.kind == "external"
+def test_external_needs_the_model_and_nothing_of_a_worker() -> None:
+    lc = loads_config(doc(learner={"kind": "external", "model": PY["model"],
+                                   "device": "cpu"})).learner
+    assert (lc.kind, lc.model, lc.entry, lc.runs_worker) == ("external", PY["model"], None,
+                                                             False)
+    with pytest.raises(ConfigError, match=r'^\[learner\] model: required with kind = '
+                                          r'"external"'):
+        loads_config(doc(learner={"kind": "external"}))
+    for key, value in (("entry", PY["entry"]), ("python", sys.executable), ("timeout_s", 5)):
+        with pytest.raises(ConfigError, match=rf'^\[learner\] {key}: not used with kind = '
+                                              r'"external"'):
+            loads_config(doc(learner={"kind": "external", "model": PY["model"], key: value}))
+
+
+def test_an_external_config_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    bad = write(tmp_path, FLEET + '[learner]\nkind = "external"\nmodel = "m:f"\n'
+                'entry = "m:g"\n')
+    result = CliRunner().invoke(app, ["run", "--config", str(bad)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f'peerd: {bad}: [learner] entry: not used with kind = '
+                                     '"external" (the training process is the user\'s own; it '
+                                     "attaches to the daemon's learner socket)")
 
 
 def test_peerd_run_stops_with_one_line_and_exit_2(tmp_path: Path) -> None:

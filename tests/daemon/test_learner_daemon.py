@@ -123,5 +123,3 @@ def test_an_entry_that_cannot_start_stops_the_daemon_at_start_up(tmp_path: Path)
     with pytest.raises(DaemonError, match=r"\[learner\] entry tests\.learn\.nope:x: the python "
                                           r"learner's worker could not build the learner"):
         Daemon(with_learner(cfg, 0, entry="tests.learn.nope:x"))
-    with pytest.raises(DaemonError, match='"external" is not yet supported'):
-        Daemon(dataclasses.replace(cfg, learner=LearnerConfig(kind="external")))

@@ -30,7 +30,8 @@ from tests.daemon.helpers import THREAD_WAIT_S, fleet_config
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
-def _daemon(tmp_path: Path) -> Daemon:
+def _daemon(tmp_path: Path, **over: Any) -> Daemon:
+    """A member on loopback (``over``: config sections replaced, e.g. ``learner``)."""
     fleet, state = tmp_path / "fleet", tmp_path / "st"
     assert runner.invoke(app, ["fleet", "init", str(fleet)]).exit_code == 0
     out = runner.invoke(app, ["keygen", "--state-dir", str(state)])
@@ -40,7 +41,7 @@ def _daemon(tmp_path: Path) -> Daemon:
                                found.group(0)]).exit_code == 0
     cfg = fleet_config(tmp_path, fleet, state, with_manifest=True)
     cfg = dataclasses.replace(cfg, network=dataclasses.replace(
-        cfg.network, listen_host="127.0.0.1", listen_port=0, mdns=False))
+        cfg.network, listen_host="127.0.0.1", listen_port=0, mdns=False), **over)
     return Daemon(cfg)
 
 

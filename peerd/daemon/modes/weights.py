@@ -15,20 +15,26 @@ import logging
 import math
 from typing import Protocol
 
+import torch
 import trio
+from torch import nn
 
 from peerd.control.status import LearnerStatus, ViewsStatus
+from peerd.core.drift import drift, overdue, should_publish
 from peerd.core.entry import CacheItem
 from peerd.core.modes import ModeName
 from peerd.core.round import parse_blend
 from peerd.core.staleness import Clock
-from peerd.daemon.host import ModeHost
-from peerd.daemon.learner import open_worker
+from peerd.daemon.external import ExternalSide
+from peerd.daemon.host import ModeHost, expire_stale
+from peerd.daemon.learner import open_external, open_worker
 from peerd.daemon.modes.base import Step, val_accuracy_text
 from peerd.daemon.normwatch import NormWatch
 from peerd.daemon.notices import plural
 from peerd.learn.learner.check import schema_of
-from peerd.learn.learner.step import LearnerRound
+from peerd.learn.learner.contract import LearnerError, LearnerKind
+from peerd.learn.learner.step import Fitted, LearnerRound
+from peerd.learn.learner.worker import WorkerLearner
 from peerd.learn.trainer import LocalTraining, RoundInput, RoundOutput, drift_to, run_round
 from peerd.node.peers import PeerTable
 from peerd.node.state import Held, NodeState
@@ -68,7 +74,14 @@ class WeightsMode:
         #: what status shows of it, and the own example count α uses before a fit (the last
         #: fit's; 1 before any: an untrained start weighs as little as a model can without
         #: emptying a lone node's plan, which would then sum to zero).
-        self.worker, self.learner_stats = open_worker(cfg, daemon.model, self.node.id)
+        self.external: ExternalSide | None = None
+        self.worker: WorkerLearner | None = None
+        if cfg.learner.kind == LearnerKind.EXTERNAL:
+            self.external, self.learner_stats = open_external(cfg, daemon.model, self.node.id,
+                                                              daemon.now)
+            self.external.host = self
+        else:
+            self.worker, self.learner_stats = open_worker(cfg, daemon.model, self.node.id)
         self._schema = schema_of(daemon.model.state_dict())
         self.own_examples = 1
 
@@ -98,55 +111,132 @@ class WeightsMode:
             self.own_examples = max(out.examples, 1)  # see __init__
             self.learner_stats.fitted(out.learner_metrics or {})
             return
+        self._failed(round_no, failure)
+
+    def learner_block(self) -> LearnerStatus | None:
+        """The status's learner block (None: the builtin learner)."""
+        w, ext, st = self.worker, self.external, self.learner_stats
+        if w is None and ext is None:
+            return None
+        return LearnerStatus(kind=st.kind, entry=st.entry, device=st.device,
+                             metrics=dict(st.metrics), metrics_dropped=st.metrics_dropped,
+                             failed=dict(st.failed), last_failure=st.last_failure,
+                             last_detail=st.last_detail, last_failed_round=st.last_failed_round,
+                             worker_pid=None if w is None else w.pid,
+                             worker_restarts=0 if w is None else w.restarts,
+                             external=None if ext is None else ext.status())
+
+    # ------------------------------------------------------------------ kind = "external"
+    def blend_input(self) -> tuple[RoundInput, int]:
+        """The external learner's ``blend``, on the loop thread: what expired is dropped as
+        at a round's start, then the round's input as of now (see ExternalHost)."""
+        d = self.daemon
+        now = d.now()
+        expire_stale(d, self.node, now)
+        return self._input(now), self.own_examples
+
+    def blend_done(self) -> None:
+        self.node.release()
+
+    def refused(self, exc: LearnerError) -> None:
+        """An external publish refused by the checks: as a refused learner round."""
+        self._failed(self.node.round + 1, exc)
+
+    def _failed(self, round_no: int, failure: LearnerError) -> None:
         self.learner_stats.failed_round(round_no, failure)
         log.warning("round %d: the learner failed (%s): %s; nothing published", round_no,
                     failure.reason.value, failure.detail)
         self.daemon.state.audit("learner_failed", round=round_no,
                                 reason=failure.reason.value, detail=failure.detail)
 
-    def learner_block(self) -> LearnerStatus | None:
-        """The status's learner block (None: the builtin learner)."""
-        w, st = self.worker, self.learner_stats
-        if w is None:
-            return None
-        return LearnerStatus(kind=st.kind, entry=st.entry, device=st.device,
-                             metrics=dict(st.metrics), metrics_dropped=st.metrics_dropped,
-                             failed=dict(st.failed), last_failure=st.last_failure,
-                             last_detail=st.last_detail, last_failed_round=st.last_failed_round,
-                             worker_pid=w.pid, worker_restarts=w.restarts)
+    async def _external_round(self, ext: ExternalSide, silent_for: float) -> RoundOutput:
+        """The round of an external learner: the publish waiting (its model copied into the
+        model, published by the core rule: moved more than ε, or overdue), or, when none
+        came, no training and no publication but the republication of an overdue entry."""
+        d, learning, own = self.daemon, self.daemon.cfg.learning, self.node.id
+        taken = ext.take()
+        limit = learning.silence_limit_s
+        if taken is None:
+            return RoundOutput(
+                params=_views(d.model), alpha={own: 1.0}, examples=self.own_examples,
+                train_loss=math.nan, val_loss=math.nan, val_accuracy=None, moved=0.0,
+                publish=self.node.own is not None and overdue(silent_for, limit))
+        published = d.metrics.published_params
+
+        def into_model() -> float:
+            with torch.no_grad():
+                for name, t in d.model.state_dict().items():
+                    t.copy_(taken.params[name])
+            return math.inf if published is None else drift(_views(d.model), published)
+
+        async with ext.lock:
+            self.model_is_published = False
+            moved = await trio.to_thread.run_sync(into_model)
+        blend, ext.last_blend = ext.last_blend, None  # the blend it trained from, reported once
+        metrics = dict(taken.metrics)
+        self.own_examples = max(taken.num_examples, 1)
+        self.learner_stats.fitted(metrics)
+        acc = metrics.get("accuracy")
+        return RoundOutput(
+            params=_views(d.model), alpha={own: 1.0} if blend is None else blend.alpha,
+            examples=taken.num_examples, train_loss=Fitted(taken, None).train_loss,
+            val_loss=metrics.get("val_loss", math.nan), val_accuracy=acc,
+            moved=moved, publish=should_publish(moved, learning.epsilon, silent_for=silent_for,
+                                                max_silence=limit),
+            blend_refused=None if blend is None else blend.refused,
+            update_norms=None if blend is None else blend.update_norms,
+            norm_verdicts=None if blend is None else blend.norm_verdicts,
+            weights=None if blend is None else blend.weights, learner_metrics=metrics)
 
     def close(self) -> None:
         """Stop the learner's worker (the daemon stops)."""
         if self.worker is not None:
             self.worker.close()
 
-    async def step(self, now: float) -> Step:
+    def _input(self, now: float) -> RoundInput:
+        """The round's input at ``now`` (the step's, and an external learner's blend's)."""
         d = self.daemon
         node, learning, state = self.node, d.cfg.learning, d.state
-        clock = node.clock(now)
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
         # The round gets metadata plus a list of entries it consumes (see RoundInput.peers):
         # nothing here keeps a reference that would pin a superseded entry during training.
         meta_only = tuple(CacheItem(i.meta, i.received_from, i.received_at, verified=i.verified)
                           for i in node.cache)
+        return RoundInput(own_id=node.id, cache=meta_only, peers=node.blend_inputs(),
+                          clock=node.clock(now), policy=learning.alpha_policy,
+                          steps=learning.local_steps, batch_size=learning.batch_size,
+                          lr=learning.lr, rho=learning.rho, seed=seed,
+                          epsilon=learning.epsilon, silent_for_s=self._silent(now),
+                          max_silence_s=learning.silence_limit_s,
+                          published=d.metrics.published_params,
+                          model_is_published=self.model_is_published,
+                          keep_anchor=lambda x: spool.spill(x, state.blobs),
+                          blend=parse_blend(learning.blend),
+                          norm_policy=self.norms.policy, norm_history=self.norms.history,
+                          local=self.local, learner=self._learner_round())
+
+    def _silent(self, now: float) -> float:
         # Peers age our entry by its created_at: past max_silence the round republishes it
         # even below ε (core.drift.should_publish), so a quiet node never expires at peers.
-        silent_for = math.inf if node.own is None else now - node.own.entry.meta.created_at
-        inp = RoundInput(own_id=node.id, cache=meta_only, peers=node.blend_inputs(), clock=clock,
-                         policy=learning.alpha_policy, steps=learning.local_steps,
-                         batch_size=learning.batch_size, lr=learning.lr, rho=learning.rho,
-                         seed=seed, epsilon=learning.epsilon, silent_for_s=silent_for,
-                         max_silence_s=learning.silence_limit_s,
-                         published=d.metrics.published_params,
-                         model_is_published=self.model_is_published,
-                         keep_anchor=lambda x: spool.spill(x, state.blobs),
-                         blend=parse_blend(learning.blend),
-                         norm_policy=self.norms.policy, norm_history=self.norms.history,
-                         local=self.local, learner=self._learner_round())
-        self.model_is_published = False  # the round trains the model in place
-        # The core round (peerd.core.round) decides α, x̄ and whether to publish; the daemon
-        # only carries the decision out (sign, persist, announce).
-        out: RoundOutput = await trio.to_thread.run_sync(run_round, d.model, d.task, inp)
+        own = self.node.own
+        return math.inf if own is None else now - own.entry.meta.created_at
+
+    async def step(self, now: float) -> Step:
+        d = self.daemon
+        node, learning, state = self.node, d.cfg.learning, d.state
+        silent_for = self._silent(now)
+        if self.external is not None:
+            clock = node.clock(now)
+            meta_only = tuple(CacheItem(i.meta, i.received_from, i.received_at,
+                                        verified=i.verified) for i in node.cache)
+            out = await self._external_round(self.external, silent_for)
+        else:
+            inp = self._input(now)
+            clock, meta_only = inp.clock, inp.cache
+            self.model_is_published = False  # the round trains the model in place
+            # The core round (peerd.core.round) decides α, x̄ and whether to publish; the
+            # daemon only carries the decision out (sign, persist, announce).
+            out = await trio.to_thread.run_sync(run_round, d.model, d.task, inp)
         # Drifts to what the cache holds now (entries may have been replaced meanwhile), for
         # the status; off the event loop, since each reads a whole model.
         cached = node.blend_inputs()
@@ -189,6 +279,8 @@ class WeightsMode:
         self.model_is_published = True  # signed from the model's own tensors
 
     def audit(self, round_no: int, published: int | None) -> None:
+        if self.external is not None:
+            self.external.round_done(round_no, published)
         assert self._out is not None
         assert self._clock is not None
         self.daemon.participation.weights_round(
@@ -205,3 +297,8 @@ class WeightsMode:
 
     def status_block(self, now: float) -> ViewsStatus | None:
         return None
+
+
+def _views(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's own tensors (views, not copies)."""
+    return {k: v.detach() for k, v in model.state_dict().items()}

@@ -65,14 +65,9 @@ def raised(exc: BaseException) -> LearnerError:
     return LearnerError(Refusal.RAISED, bounded(text))
 
 
-def check_params(params: object, schema: FleetSchema) -> Params:
-    """``params`` if it is a name -> tensor mapping in ``schema`` with finite values."""
-    if not isinstance(params, Mapping):
-        raise LearnerError(Refusal.MALFORMED,
-                           f"params must be a mapping of names to tensors, got "
-                           f"{type(params).__name__}")
-    missing = [k for k in schema if k not in params]
-    extra = [k for k in params if k not in schema]
+def _check_keys(names: Mapping[str, object], schema: FleetSchema) -> None:
+    missing = [k for k in schema if k not in names]
+    extra = [k for k in names if k not in schema]
     if missing or extra:
         what = []
         if missing:
@@ -80,15 +75,34 @@ def check_params(params: object, schema: FleetSchema) -> Params:
         if extra:
             what.append(f"unexpected {bounded(', '.join(map(str, extra)), 80)}")
         raise LearnerError(Refusal.SCHEMA, "; ".join(what))
+
+
+def check_schema(got: FleetSchema, schema: FleetSchema) -> None:
+    """``got`` (a result's names, shapes and dtypes, or what an external learner says it
+    publishes) is ``schema``, else a ``schema`` :class:`LearnerError` naming the first
+    difference."""
+    _check_keys(got, schema)
     for name, slot in schema.items():
+        have = got[name]
+        if have.shape != slot.shape or have.dtype != slot.dtype:
+            raise LearnerError(Refusal.SCHEMA,
+                               f"{name}: {have.shape} {have.dtype}, the fleet's is "
+                               f"{slot.shape} {slot.dtype}")
+
+
+def check_params(params: object, schema: FleetSchema) -> Params:
+    """``params`` if it is a name -> tensor mapping in ``schema`` with finite values."""
+    if not isinstance(params, Mapping):
+        raise LearnerError(Refusal.MALFORMED,
+                           f"params must be a mapping of names to tensors, got "
+                           f"{type(params).__name__}")
+    _check_keys(params, schema)
+    for name in schema:
         t = params[name]
         if not isinstance(t, torch.Tensor):
             raise LearnerError(Refusal.MALFORMED,
                                f"{name}: expected a tensor, got {type(t).__name__}")
-        if tuple(t.shape) != slot.shape or t.dtype != slot.dtype:
-            raise LearnerError(Refusal.SCHEMA,
-                               f"{name}: {tuple(t.shape)} {t.dtype}, the fleet's is "
-                               f"{slot.shape} {slot.dtype}")
+    check_schema(schema_of(params), schema)
     # After every shape check: the finiteness pass reads every value, the checks above none.
     for name, t in params.items():
         if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):

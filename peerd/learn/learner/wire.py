@@ -12,6 +12,9 @@ writes x̄ into the input buffer (one copy) and the worker maps it copy-on-write
 and ``anchor`` (no copy: a page is copied only if the learner writes it); the worker writes
 its result into the output buffer (one copy), which the daemon maps and copies into its model.
 
+The external learner's socket (:mod:`peerd.learn.learner.external`) uses the same frames
+and the same buffer layout (memfds instead of files).
+
 Imports torch and the standard library only.
 """
 
@@ -52,11 +55,41 @@ class DeadlineError(WireError):
 # ---------------------------------------------------------------------------- messages
 
 
-def send(fd: int, message: Mapping[str, Any]) -> None:
+#: The length prefix of a frame.
+HEADER_LEN = _LEN.size
+
+
+def frame(message: Mapping[str, Any]) -> bytes:
+    """``message`` as one frame: its length (4 bytes, big-endian), then its JSON."""
     body = json.dumps(message, separators=(",", ":")).encode()
     if len(body) > MAX_FRAME:
         raise WireError(f"message of {len(body)} bytes is above {MAX_FRAME}")
-    data = memoryview(_LEN.pack(len(body)) + body)
+    return _LEN.pack(len(body)) + body
+
+
+def frame_length(header: bytes) -> int:
+    """The body length a frame's header announces (above :data:`MAX_FRAME`: WireError)."""
+    (size,) = _LEN.unpack(header)
+    if size > MAX_FRAME:
+        raise WireError(f"a frame of {size} bytes is above {MAX_FRAME}")
+    return int(size)
+
+
+def parse(body: bytes) -> dict[str, Any]:
+    """A frame's body as the JSON object it must be (else WireError)."""
+    try:
+        message = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireError(f"a frame that is not JSON: {exc}") from None
+    except RecursionError:
+        raise WireError("a frame nested too deep") from None
+    if not isinstance(message, dict):
+        raise WireError(f"a frame that is not an object: {type(message).__name__}")
+    return message
+
+
+def send(fd: int, message: Mapping[str, Any]) -> None:
+    data = memoryview(frame(message))
     while data:
         try:
             n = os.write(fd, data)
@@ -90,16 +123,8 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
 
 def receive(fd: int, *, deadline: float | None = None) -> dict[str, Any]:
     """The next message; ``deadline`` in :func:`time.monotonic` seconds (None: wait)."""
-    (size,) = _LEN.unpack(_read_exact(fd, _LEN.size, deadline))
-    if size > MAX_FRAME:
-        raise WireError(f"a frame of {size} bytes is above {MAX_FRAME}")
-    try:
-        message = json.loads(_read_exact(fd, size, deadline))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WireError(f"a frame that is not JSON: {exc}") from None
-    if not isinstance(message, dict):
-        raise WireError(f"a frame that is not an object: {type(message).__name__}")
-    return message
+    size = frame_length(_read_exact(fd, HEADER_LEN, deadline))
+    return parse(_read_exact(fd, size, deadline))
 
 
 # ---------------------------------------------------------------------------- schema
