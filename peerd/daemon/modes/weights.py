@@ -17,6 +17,7 @@ from typing import Protocol
 
 import trio
 
+from peerd.control.audit import AuditLearner
 from peerd.control.status import LearnerStatus, ViewsStatus
 from peerd.core.entry import CacheItem
 from peerd.core.modes import ModeName
@@ -188,12 +189,24 @@ class WeightsMode:
         d.metrics.published_params = held.entry.params
         self.model_is_published = True  # signed from the model's own tensors
 
+    def _audit_learner(self, out: RoundOutput) -> AuditLearner | None:
+        """The round record's learner part: its metrics (already checked and bounded by
+        peerd.learn.learner.check), or its failure (None: the builtin learner)."""
+        if self.worker is None:
+            return None
+        failure = out.learner_failure
+        return AuditLearner(fit_metrics=dict(out.learner_metrics or {}),
+                            eval_metrics=dict(out.learner_eval_metrics or {}),
+                            failure=None if failure is None else failure.reason.value,
+                            detail=None if failure is None else failure.detail)
+
     def audit(self, round_no: int, published: int | None) -> None:
         assert self._out is not None
         assert self._clock is not None
         self.daemon.participation.weights_round(
             round_no=round_no, out=self._out, own_id=self.node.id, cache=self._meta_only,
-            clock=self._clock, drift=self._drift, published=published)
+            clock=self._clock, drift=self._drift, published=published,
+            learner=self._audit_learner(self._out))
 
     def summary(self) -> str:
         m = self.daemon.metrics
