@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from peerd.control.audit import AuditLearner
+from peerd.control.status import TrackingStatus
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +191,7 @@ class TensorBoardSink:
 
 @dataclass
 class TrackingCounts:
-    """What status shows of the sinks: rounds written, failures by sink, rounds dropped
-    (queue full) and learner metric values dropped (past the name bound)."""
+    """The writer's counts (peerd.control.status.TrackingStatus says what each is)."""
 
     written: int = 0
     failed: dict[str, int] = field(default_factory=dict)
@@ -256,11 +256,12 @@ class TrackingWriter:
             log.info("round %d: tracking to %s works again", r.round, sink.name)
         return True
 
-    def snapshot(self) -> TrackingCounts:
+    def snapshot(self) -> TrackingStatus:
+        """The status's ``tracking`` block (cheap: the event loop calls it)."""
         with self._lock:
             c = self.counts
-            return TrackingCounts(written=c.written, failed=dict(c.failed),
-                                  dropped_rounds=c.dropped_rounds,
+            return TrackingStatus(sinks=tuple(s.name for s in self.sinks), written=c.written,
+                                  failed=dict(c.failed), dropped_rounds=c.dropped_rounds,
                                   names_dropped=c.names_dropped, last_error=c.last_error)
 
     def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
@@ -275,7 +276,7 @@ class TrackingWriter:
         self._thread = None
         c = self.snapshot()
         if any(c.failed.values()) or c.dropped_rounds or c.names_dropped:
-            # The counts' one reader for now (the status has no tracking block yet).
+            # Also in the status while it runs; this line outlives the process.
             log.warning("tracking: %d rounds written; failed by sink %s; %d rounds dropped "
                         "(queue full); %d learner metric values dropped (past %d names); "
                         "last error: %s", c.written, c.failed, c.dropped_rounds,

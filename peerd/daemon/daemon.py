@@ -537,4 +537,6 @@ class Daemon:
                             libp2p=None if t is None else t.library_tables.counts(),
                             views=self.mode.status_block(self.now()),
                             learner=self.mode.learner_block()
-                            if isinstance(self.mode, WeightsMode) else None)
+                            if isinstance(self.mode, WeightsMode) else None,
+                            tracking=None if self.tracking is None
+                            else self.tracking.snapshot())

@@ -4,17 +4,23 @@ line, and a real ``Daemon``'s rounds in the MLflow store and TensorBoard files i
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from rich.text import Text
 
+from peerd.cli.status import tracking_line
+from peerd.control.metrics import StatusMetrics, start_metrics_server
+from peerd.control.status import TrackingStatus, from_json, to_json
 from peerd.core.modes import ModeName
 from peerd.daemon import tracking
 from peerd.daemon.config import ConfigError, TrackingConfig, load_config, loads_config
 from peerd.daemon.daemon import Daemon
 from peerd.daemon.startup import DaemonError
+from tests.control.test_metrics import scrape
 from tests.control.test_tracking import NOT_INSTALLED
 from tests.daemon.modefleet import Clock, mode_configs
 from tests.daemon.test_config import FLEET, doc, write
@@ -96,3 +102,48 @@ def test_a_daemons_rounds_land_in_mlflow_and_tensorboard(tmp_path: Path) -> None
     assert [e.value for e in acc.Scalars("version")] == [float(d.metrics.version - 1),
                                                          float(d.metrics.version)]
     assert "learner_failed" not in acc.Tags()["scalars"]  # the builtin learner: none
+
+
+def test_the_status_prometheus_and_peerd_status_count_what_the_sinks_did(
+        tmp_path: Path) -> None:
+    (cfg,) = mode_configs(tmp_path, ModeName.WEIGHTS, n=1)
+    assert Daemon(cfg, clock=Clock()).status().tracking is None  # no [tracking]: no block
+    d = Daemon(dataclasses.replace(cfg, tracking=TrackingConfig(tensorboard=tmp_path / "tb")),
+               clock=Clock())
+    assert d.tracking is not None
+    d.tracking.sinks = [Failing()]  # a sink that fails every round, in the writer's thread
+    try:
+        trio.run(d._round)
+        trio.run(d._round)
+    finally:
+        d.close()
+    status = d.status()
+    assert status.tracking == TrackingStatus(
+        sinks=("tensorboard",), written=0, failed={"tensorboard": 2}, dropped_rounds=0,
+        names_dropped=0, last_error="tensorboard: PermissionError: [Errno 13] denied")
+    assert d.metrics.round == 2  # the rounds went on
+    assert from_json(json.loads(json.dumps(to_json(status)))).tracking == status.tracking
+    metrics = StatusMetrics()
+    port, stop = start_metrics_server("127.0.0.1:0", metrics)
+    try:
+        metrics.update(status)
+        got = scrape(port)
+    finally:
+        stop()
+    assert got['peerd_tracking_failed_total{sink="tensorboard"}'] == 2.0
+    assert got["peerd_tracking_rounds_written_total"] == 0.0
+    line = tracking_line(status.tracking)
+    assert isinstance(line, Text)
+    assert line.plain == ("tracking: tensorboard: 0 rounds written; failed rounds: "
+                          "tensorboard 2; 0 dropped; last error: tensorboard: "
+                          "PermissionError: [Errno 13] denied")
+
+
+class Failing:
+    name = "tensorboard"
+
+    def write(self, r: object, values: object) -> None:
+        raise PermissionError(13, "denied")
+
+    def close(self) -> None:
+        pass

@@ -192,7 +192,7 @@ class WeightsMode:
     def _audit_learner(self, out: RoundOutput) -> AuditLearner | None:
         """The round record's learner part: its metrics (already checked and bounded by
         peerd.learn.learner.check), or its failure (None: the builtin learner)."""
-        if self.worker is None:
+        if self.daemon.cfg.learner.kind == "builtin":
             return None
         failure = out.learner_failure
         return AuditLearner(fit_metrics=dict(out.learner_metrics or {}),
