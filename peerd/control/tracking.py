@@ -132,6 +132,9 @@ class MlflowSink:
         # MLflow 3 keeps the file store in maintenance mode and refuses it unless asked:
         # it is the store that works offline, which is why peerd uses it.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        # MLflow 3 sends usage telemetry to its vendor unless told not to: a node on a LAN
+        # must not phone home (nor wait on a network it may not have).
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
@@ -153,9 +156,8 @@ class MlflowSink:
         return client, run.info.run_id
 
     def write(self, r: TrackedRound, values: Mapping[str, float]) -> None:
-        from mlflow.entities import Metric
-
-        client, run_id = self._open()
+        client, run_id = self._open()  # first: it sets MLflow's environment, then imports it
+        from mlflow.entities import Metric  # optional
         ms = int(r.ts * 1000)
         client.log_batch(run_id, metrics=[Metric(_MLFLOW_KEY.sub("_", k), v, ms, r.round)
                                           for k, v in values.items()])

@@ -9,6 +9,7 @@ are skipped, saying so.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -206,3 +207,15 @@ def test_closing_sums_up_what_failed(caplog: pytest.LogCaptureFixture) -> None:
     (summary,) = [r.message for r in caplog.records if r.message.startswith("tracking: ")
                   and "rounds written" in r.message]
     assert "1 rounds written; failed by sink {'mlflow': 2}" in summary
+
+
+def test_the_mlflow_sink_takes_the_file_store_and_sends_no_telemetry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow", reason=NOT_INSTALLED)
+    for name in ("MLFLOW_ALLOW_FILE_STORE", "MLFLOW_DISABLE_TELEMETRY"):
+        monkeypatch.delenv(name, raising=False)
+    sink = MlflowSink(tmp_path / "mlruns", "peerd", run_name="n", tags={}, params={})
+    sink.write(rounds()[0], {"cache": 0.0})
+    sink.close()
+    assert os.environ["MLFLOW_ALLOW_FILE_STORE"] == "true"
+    assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true"
