@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -35,7 +36,14 @@ from peerd.cli.status import (
     not_running,
     resolve_socket,
 )
-from peerd.control.audit import Audit, RoundRecord, audit_to_json, read_offline, request_audit
+from peerd.control.audit import (
+    Audit,
+    AuditLearner,
+    RoundRecord,
+    audit_to_json,
+    read_offline,
+    request_audit,
+)
 from peerd.control.server import DEFAULT_TIMEOUT_S, ControlError
 from peerd.daemon.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
 
@@ -45,6 +53,28 @@ JsonOption = Annotated[bool, typer.Option(
 
 def _num(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}g}" if abs(x) >= 1e4 else f"{x:.{digits}f}"
+
+
+#: Metrics of one kind (fit, evaluate) shown on a round's line; --json has them all.
+SHOWN_METRICS = 6
+
+
+def _metrics_text(metrics: Mapping[str, float]) -> str:
+    shown = [f"{k} {_num(v, 4)}" for k, v in list(metrics.items())[:SHOWN_METRICS]]
+    more = len(metrics) - SHOWN_METRICS
+    return "  ".join(shown) + (f"  (+{more} more)" if more > 0 else "")
+
+
+def _learner_view(console: Console, lr: AuditLearner) -> None:
+    """One line for a learner's metrics (fit, then evaluate), one for its refusal."""
+    parts = [f"{what}: {_metrics_text(m)}" for what, m in (("fit", lr.fit_metrics),
+                                                            ("eval", lr.eval_metrics)) if m]
+    if parts:
+        console.print(Text("  learner " + "; ".join(parts)), soft_wrap=True)
+    if lr.failure is not None:
+        console.print(Text(f"  learner refused: {lr.failure}"
+                           + ("" if lr.detail is None else f" ({lr.detail})"), style="red"),
+                      soft_wrap=True)
 
 
 def _record_view(console: Console, r: RoundRecord) -> None:
@@ -78,6 +108,8 @@ def _record_view(console: Console, r: RoundRecord) -> None:
     if r.withdrawn:  # flagged or gone from the manifest: out of the blend, and why
         console.print(Text("  withdrawn: " + ", ".join(f"{w.origin}@{w.version} ({w.reason})"
                                                         for w in r.withdrawn), style="red"))
+    if r.learner is not None:
+        _learner_view(console, r.learner)
 
 
 def render_audit(console: Console, audit: Audit) -> None:
@@ -115,7 +147,8 @@ def audit(
 
     Per round: the members blended with α and weight, staleness and drift, the entries
     refused (with reasons), expired, and withdrawn (origin flagged for equivocation, or
-    revoked). Reads the state directory when the daemon is not
+    revoked); with a learner of the user's, its fit and evaluation metrics or why the round
+    was refused. Reads the state directory when the daemon is not
     running."""
     path = resolve_socket(socket, config, state_dir)
     answer: Audit | ControlError

@@ -42,6 +42,7 @@ from peerd.control.status import (
     OfflineNode,
     OfflineStatus,
     Status,
+    TrackingStatus,
     ViewsStatus,
     from_json,
     membership_advice,
@@ -211,6 +212,8 @@ def status_view(status: Status) -> Group:
         parts.append(views_table(status.views))
     if status.learner is not None:
         parts.extend(learner_lines(status.learner))
+    if status.tracking is not None:
+        parts.append(tracking_line(status.tracking))
     peers = status.peers
     connected = sum(1 for p in peers if p.connected)
     parts.append(f"peers: {connected} connected, {len(peers)} known (`peerd peers` for details)")
@@ -239,6 +242,17 @@ def status_view(status: Status) -> Group:
     else:
         parts.append("rejected entries: none")
     return Group(*parts)
+
+
+def tracking_line(t: TrackingStatus) -> RenderableType:
+    """``[tracking]``: the sinks, rounds written and, once any, what failed."""
+    text = f"tracking: {', '.join(t.sinks)}: {t.written} rounds written"
+    failed = {k: n for k, n in t.failed.items() if n}
+    if not (failed or t.dropped_rounds):
+        return text
+    counts = ", ".join(f"{k} {n}" for k, n in sorted(failed.items()))
+    return Text(f"{text}; failed rounds: {counts or 'none'}; {t.dropped_rounds} dropped; "
+                f"last error: {t.last_error or '-'}", style="yellow")
 
 
 def learner_lines(lr: LearnerStatus) -> list[RenderableType]:

@@ -3,7 +3,9 @@
 One :class:`RoundRecord` per round: which models were blended and with what α (the plan's)
 and weight (what each counted for after update-norm validation and the blend rule), their
 staleness and drift, the entries refused since the previous round with their reasons, the
-entries that expired and those withdrawn (their origin flagged or gone from the manifest).
+entries that expired and those withdrawn (their origin flagged or gone from the manifest),
+and, with a learner of the user's, the metrics its fit and evaluation returned or why the
+round was refused (:class:`AuditLearner`).
 The daemon writes them to the state directory's round log (:mod:`peerd.store.roundlog`,
 one JSON record a line); ``peerd audit`` reads them from the daemon (the control API's
 ``audit`` method, :func:`request_audit`) or, with the daemon down, from that log
@@ -19,6 +21,7 @@ transport.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -79,6 +82,24 @@ class AuditWithdrawn:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class AuditLearner:
+    """A round trained by a learner of the user's (``[learner] kind`` python or flower).
+
+    The metrics are as the learner returned them after peerd's checks
+    (peerd.learn.learner.check: at most 32 finite numbers a result, names of at most 64
+    printable characters), so a record stays small whatever the learner does."""
+
+    #: What ``fit`` returned (empty when the fit failed).
+    fit_metrics: Mapping[str, float]
+    #: What ``evaluate`` returned (empty when the fit or the evaluation failed).
+    eval_metrics: Mapping[str, float]
+    #: Why the round was refused (peerd.learn.learner.contract.Refusal's value), else None;
+    #: with its bounded one-line detail.
+    failure: str | None
+    detail: str | None
+
+
 AuditMode = Literal["weights", "knowledge", "cordial", "sensors"]
 
 
@@ -104,6 +125,9 @@ class RoundRecord:
     published: int | None
     #: Held entries withdrawn since the previous round (issue 24); absent in older logs.
     withdrawn: tuple[AuditWithdrawn, ...] = ()
+    #: A learner of the user's: its metrics this round, or its failure; None for the builtin
+    #: learner and other modes, and absent in logs written before issue 26 (read as None).
+    learner: AuditLearner | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +160,8 @@ def _decoded(decode: Any, obj: Any) -> Any:
 
 def record_from_json(obj: Any) -> RoundRecord:
     """A :class:`RoundRecord`; :class:`StatusError` naming every shape problem."""
-    if isinstance(obj, dict) and "withdrawn" not in obj:  # written before issue 24
-        obj = {**obj, "withdrawn": []}
+    if isinstance(obj, dict):  # keys later versions added: an older log still reads
+        obj = {"withdrawn": [], "learner": None, **obj}  # issue 24; issue 26
     value = _decoded(_RECORD[0], obj)
     assert isinstance(value, RoundRecord)
     return value

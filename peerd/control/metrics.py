@@ -126,6 +126,7 @@ class StatusMetrics(Collector):
             c.add_metric([label], total)
         yield c
         yield from _learner(s)
+        yield from _tracking(s)
 
 
 def _learner(s: Status) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
@@ -164,6 +165,23 @@ def _learner(s: Status) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         if math.isfinite(value):
             g.add_metric([name], float(value))
     yield g
+
+
+def _tracking(s: Status) -> Iterable[CounterMetricFamily]:
+    """``[tracking]``: rounds written and failed rounds by sink (``sink``: mlflow or
+    tensorboard, the configured ones: a fixed set)."""
+    t = s.tracking
+    if t is None:
+        return
+    c = CounterMetricFamily("peerd_tracking_rounds_written",
+                            "Rounds every [tracking] sink wrote")
+    c.add_metric([], float(t.written))
+    yield c
+    c = CounterMetricFamily("peerd_tracking_failed", "Rounds a [tracking] sink failed to "
+                            "write, by sink", labels=["sink"])
+    for sink in t.sinks:
+        c.add_metric([sink], float(t.failed.get(sink, 0)))
+    yield c
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

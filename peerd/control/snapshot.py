@@ -22,6 +22,7 @@ from peerd.control.status import (
     NodeStatus,
     PeerRow,
     Status,
+    TrackingStatus,
     ViewsStatus,
     finite,
 )
@@ -91,7 +92,8 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
                  gossip: Mapping[str, int] | None = None,
                  libp2p: Mapping[str, int] | None = None,
                  views: ViewsStatus | None = None,
-                 learner: LearnerStatus | None = None) -> Status:
+                 learner: LearnerStatus | None = None,
+                 tracking: TrackingStatus | None = None) -> Status:
     clock = node.clock(now)
     cache = tuple(
         CacheRow(
@@ -163,4 +165,5 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
         libp2p=dict(libp2p or {}),
         views=views,
         learner=learner,
+        tracking=tracking,
     )

@@ -229,6 +229,21 @@ class LearnerStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class TrackingStatus:
+    """``[tracking]``'s sinks (peerd.control.tracking): what they wrote and what failed."""
+
+    sinks: tuple[str, ...]  # "mlflow", "tensorboard"
+    #: Rounds every sink wrote, and each sink's failed rounds (every configured sink listed).
+    written: int
+    failed: Mapping[str, int]
+    #: Rounds dropped because the sinks fell 64 rounds behind; learner metric values left out
+    #: past the first 32 names of each kind.
+    dropped_rounds: int
+    names_dropped: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """What ``peerd status --json`` prints: one snapshot, never changed once built."""
 
@@ -261,6 +276,8 @@ class Status:
     #: external): its worker (or socket), failures and last metrics; None with the builtin
     #: learner and in other modes.
     learner: LearnerStatus | None = None
+    #: ``[tracking]`` set (MLflow, TensorBoard): its sinks' counts; None without one.
+    tracking: TrackingStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,8 @@ from peerd.daemon.config_learning import LearningConfig as LearningConfig
 from peerd.daemon.config_learning import check_learning, read_learning, settle_mode, what_runs
 from peerd.daemon.config_task import TASK_CHECKS, check_task
 from peerd.daemon.config_task import TaskConfig as TaskConfig
+from peerd.daemon.config_tracking import TrackingConfig as TrackingConfig
+from peerd.daemon.config_tracking import read_tracking
 from peerd.node.peers import DEFAULT_FANOUT, MAX_PEERS
 from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
 
@@ -183,6 +185,8 @@ class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
     #: Who trains weight mode's local step (builtin, or the user's code in a worker).
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    #: Where each round's metrics are written besides the round log (MLflow, TensorBoard).
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     #: The file it came from (None when built in code).
     source: Path | None = None
     #: One line per deprecated spelling the file used, naming the new one (``peerd run``
@@ -256,8 +260,9 @@ for _name, (_cls, _checks) in _SCHEMA.items():
 # ---------------------------------------------------------------------------- loading
 
 #: Every section, in the order the known ones are listed ([learning]: config_learning,
-#: [learner]: config_learner).
-SECTIONS = ("node", "network", "fleet", "learning", "validation", "task", "learner")
+#: [learner]: config_learner, [tracking]: config_tracking).
+SECTIONS = ("node", "network", "fleet", "learning", "validation", "task", "learner",
+            "tracking")
 
 
 def _section(name: str, raw: Any, base: Path | None) -> Any:
@@ -293,8 +298,10 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
     learner = read_learner(data["learner"]) if "learner" in data else LearnerConfig()
     check_learner(learner, mode=learning.mode, local_policy=learning.local_policy,
                   task_given="task" in data)
-    return Config(**parts, learning=learning, task=task, learner=learner, source=source,
-                  deprecations=(*settled, *notices))
+    tracking = read_tracking(data["tracking"], base) if "tracking" in data \
+        else TrackingConfig()
+    return Config(**parts, learning=learning, task=task, learner=learner, tracking=tracking,
+                  source=source, deprecations=(*settled, *notices))
 
 
 def load_config(path: Path) -> Config:

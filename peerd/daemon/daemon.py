@@ -36,6 +36,7 @@ from peerd.control.metrics import StatusMetrics, start_metrics_server
 from peerd.control.server import ControlError, ControlServer, Operations
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
 from peerd.control.status import Status
+from peerd.control.tracking import tracked_round
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
 from peerd.daemon import sdnotify
@@ -56,6 +57,7 @@ from peerd.daemon.startup import (
     read_node_key,
     transport_config,
 )
+from peerd.daemon.tracking import open_tracking
 from peerd.learn.knowround import task_model
 from peerd.learn.learner.fleet import LearnerTask
 from peerd.learn.tasks import Task, load_task
@@ -136,6 +138,9 @@ class Daemon:
         self._outbound_sessions = 0
         #: One record per round in the state directory's round log (`peerd audit`).
         self.participation = Participation(cfg.node.state_dir, learning.blend, clock=clock)
+        #: ``[tracking]``: each round's metrics to MLflow / TensorBoard, from a thread of its
+        #: own (None: no sink configured). Checked before the learner's worker starts.
+        self.tracking = open_tracking(cfg, self.node.id)
         #: The learning mode (peerd.daemon.modes): what the node gossips and how it trains.
         #: A typed mode's node state (knowledge, views) holds the same keys, manifest,
         #: ledger and counters as the one built above, under the mode's schema.
@@ -200,8 +205,20 @@ class Daemon:
     async def _round(self) -> None:
         if await run_round(self, self.mode):
             self._wake_gossip.set()
+        if self.tracking is not None:
+            self._track()
         if self._metrics is not None:
             self._metrics.update(self.status())
+
+    def _track(self) -> None:
+        """Hand the round just recorded to the tracking thread (only enqueues)."""
+        assert self.tracking is not None
+        m, record = self.metrics, self.participation.last
+        self.tracking.submit(tracked_round(
+            round_no=m.round, ts=self.now(), train_loss=m.train_loss, val_loss=m.val_loss,
+            val_accuracy=m.val_accuracy, examples=m.examples, cache=len(self.node.cache),
+            version=m.version, published=record is not None and record.published is not None,
+            learner=None if record is None else record.learner))
 
     async def _round_loop(self) -> None:
         interval = self.cfg.learning.round_interval_s
@@ -508,9 +525,12 @@ class Daemon:
                 return
 
     def close(self) -> None:
-        """Stop what runs beside the daemon's threads (the learner's worker process)."""
+        """Stop what runs beside the daemon's threads (the learner's worker process, the
+        tracking thread once it has written what is queued)."""
         if isinstance(self.mode, WeightsMode):
             self.mode.close()
+        if self.tracking is not None:
+            self.tracking.close()
 
     # ------------------------------------------------------------------ status
     def status(self) -> Status:
@@ -535,4 +555,6 @@ class Daemon:
                             libp2p=None if t is None else t.library_tables.counts(),
                             views=self.mode.status_block(self.now()),
                             learner=self.mode.learner_block()
-                            if isinstance(self.mode, WeightsMode) else None)
+                            if isinstance(self.mode, WeightsMode) else None,
+                            tracking=None if self.tracking is None
+                            else self.tracking.snapshot())

@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from peerd.control.audit import (
     AuditExpired,
+    AuditLearner,
     AuditMember,
     AuditMode,
     AuditRefusal,
@@ -77,6 +78,8 @@ class Participation:
         self._refused_more = 0
         self._expired: list[AuditExpired] = []
         self._withdrawn: list[AuditWithdrawn] = []
+        #: The last round's record (the tracking sinks read the learner's metrics from it).
+        self.last: RoundRecord | None = None
 
     # --- between rounds ------------------------------------------------------------------
 
@@ -102,8 +105,10 @@ class Participation:
 
     def weights_round(self, *, round_no: int, out: RoundOutput, own_id: str,
                       cache: Sequence[CacheItem], clock: Clock,
-                      drift: Mapping[str, float], published: int | None) -> RoundRecord:
-        """Record a weight-mode round: the plan's members in plan order (own first)."""
+                      drift: Mapping[str, float], published: int | None,
+                      learner: AuditLearner | None = None) -> RoundRecord:
+        """Record a weight-mode round: the plan's members in plan order (own first), and
+        what a learner of the user's returned (or why it was refused)."""
         metas = {i.meta.origin: i.meta for i in cache}
         verdicts = out.norm_verdicts or {}
         norms = out.update_norms or {}
@@ -131,7 +136,7 @@ class Participation:
             if verdict == "rejected":
                 self.refused(origin, str(Reason.UPDATE_NORM_TOO_LARGE))
         return self._append(round_no, "weights", self.blend, members, out.blend_refused,
-                            published)
+                            published, learner)
 
     def typed_round(self, *, mode: ModeName, round_no: int, own_id: str,
                     used: Sequence[tuple[str, int, float]], clock: Clock,
@@ -153,16 +158,17 @@ class Participation:
 
     def _append(self, round_no: int, mode: AuditMode, blend: str,
                 members: list[AuditMember], blend_refused: str | None,
-                published: int | None) -> RoundRecord:
+                published: int | None, learner: AuditLearner | None = None) -> RoundRecord:
         refused = tuple(AuditRefusal(peer, reason, n)
                         for (peer, reason), n in sorted(self._refused.items()))
         record = RoundRecord(round=round_no, ts=round(self._now(), 3), mode=mode, blend=blend,
                              members=tuple(members), refused=refused,
                              refused_more=self._refused_more, expired=tuple(self._expired),
                              blend_refused=blend_refused, published=published,
-                             withdrawn=tuple(self._withdrawn))
+                             withdrawn=tuple(self._withdrawn), learner=learner)
         self._refused, self._refused_more, self._expired = {}, 0, []
         self._withdrawn = []
+        self.last = record
         if self.log is not None:
             try:
                 self.log.append(round_no, encode_record(record))

@@ -136,9 +136,11 @@ class RoundOutput:
     #: changes, or nothing blended), or the rule has no weights (median, trimmed mean).
     weights: dict[str, float] | None = None
     #: A learner's round (RoundInput.learner): why it failed (then ``publish`` is False and
-    #: the model is x̄, or trained but unevaluated), and the metrics its fit reported.
+    #: the model is x̄, or trained but unevaluated), and the metrics its fit and its
+    #: evaluation reported (each checked and bounded: peerd.learn.learner.check).
     learner_failure: LearnerError | None = None
     learner_metrics: Metrics | None = None
+    learner_eval_metrics: Metrics | None = None
 
 
 #: Rows per forward pass when evaluating, unless the caller passes its training batch size
@@ -217,10 +219,12 @@ def _learner_round(model: nn.Module, inp: RoundInput, lr: LearnerRound) -> Round
     assert fitted is not None  # ops.train ran the fit
     assert config is not None
     failure, val_loss, acc = fitted.failure, math.nan, None
+    eval_metrics: Metrics | None = None
     if fitted.fit is not None:
         try:
             ev = evaluate_with(lr, fitted.fit.params, config)
             val_loss, acc = ev.loss, ev.metrics.get("accuracy")
+            eval_metrics = dict(ev.metrics)
         except LearnerError as exc:
             failure = exc
     return RoundOutput(
@@ -230,7 +234,8 @@ def _learner_round(model: nn.Module, inp: RoundInput, lr: LearnerRound) -> Round
         moved=outcome.drift[0], publish=outcome.publish[0] and failure is None,
         blend_refused=ops.refused, update_norms=ops.norms, norm_verdicts=ops.verdicts,
         weights=ops.weights, learner_failure=failure,
-        learner_metrics=None if fitted.fit is None else dict(fitted.fit.metrics))
+        learner_metrics=None if fitted.fit is None else dict(fitted.fit.metrics),
+        learner_eval_metrics=eval_metrics)
 
 
 def _core_round(inp: RoundInput, ops: _ModelOps, examples: int,

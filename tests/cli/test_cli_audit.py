@@ -8,8 +8,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from peerd.cli.app import app
+from peerd.cli.audit import SHOWN_METRICS
 from peerd.cli.status import EXIT_NOT_RUNNING
-from peerd.control.audit import Audit, audit_to_json
+from peerd.control.audit import Audit, AuditLearner, audit_to_json
 from peerd.control.server import Operations
 from peerd.core.entry import CacheItem, EntryMeta
 from peerd.core.staleness import Clock
@@ -128,3 +129,32 @@ def test_withdrawn_entries_are_shown_with_their_reason(tmp_path: Path) -> None:
     doc = json.loads(runner.invoke(app, ["audit", "--json", "--state-dir", str(state)]).stdout)
     assert doc["records"][0]["withdrawn"] == [
         {"origin": BAD, "version": 6, "reason": "equivocation"}]
+
+
+def test_a_learners_metrics_and_refusal_are_shown(tmp_path: Path) -> None:
+    # Issue 26 item 8: each round's learner metrics in `peerd audit` (all of them in --json,
+    # a few on one line in the human view), and why a refused round was refused.
+    state = tmp_path / "state"
+    StateDir(state)
+    p = Participation(state, "weighted", clock=lambda: 1_800_000_000.0)
+    out = RoundOutput(params={}, alpha={OWN: 1.0}, examples=10, train_loss=0.1, val_loss=0.1,
+                      val_accuracy=0.9, moved=1.0, publish=False)
+    fit = {f"m{i}": float(i) for i in range(SHOWN_METRICS + 2)}
+    for r, lr in enumerate((AuditLearner(fit, {"accuracy": 0.8125}, None, None),
+                            AuditLearner({}, {}, "raised", "ValueError: bad batch")), 1):
+        p.weights_round(round_no=r, out=out, own_id=OWN, cache=(), clock=Clock.time(1000.0),
+                        drift={}, published=None, learner=lr)
+    doc = json.loads(runner.invoke(app, ["audit", "--json", "--state-dir", str(state)]).stdout)
+    assert doc["records"][0]["learner"] == {"fit_metrics": fit,
+                                            "eval_metrics": {"accuracy": 0.8125},
+                                            "failure": None, "detail": None}
+    assert doc["records"][1]["learner"]["failure"] == "raised"
+    human = runner.invoke(app, ["audit", "--state-dir", str(state)]).stdout
+    line = next(x for x in human.splitlines() if "learner fit:" in x)
+    assert "m0 0.0000" in line
+    assert f"m{SHOWN_METRICS - 1} " in line
+    assert f"m{SHOWN_METRICS} " not in line
+    assert "(+2 more)" in line
+    assert "eval: accuracy 0.8125" in line
+    assert "learner refused: raised (ValueError: bad batch)" in human
+    assert human.count("learner fit:") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 
 from peerd.control.audit import (
     Audit,
+    AuditLearner,
     AuditMember,
     AuditRefusal,
     RoundRecord,
@@ -101,3 +103,22 @@ def test_a_record_written_before_withdrawn_existed_still_reads() -> None:
     del old["withdrawn"]
     assert record_from_json(old) == sample_record()
     assert record_from_json(old).withdrawn == ()
+
+
+def test_a_learner_round_round_trips_and_an_older_record_reads_without_one() -> None:
+    # Issue 26 item 8: a learner's fit and evaluation metrics (or its refusal) in the record.
+    rec = dataclasses.replace(sample_record(), learner=AuditLearner(
+        fit_metrics={"train_loss": 0.25, "lr": 1e-3}, eval_metrics={"accuracy": 0.875},
+        failure=None, detail=None))
+    assert record_from_json(json.loads(encode_record(rec))) == rec
+    refused = dataclasses.replace(rec, learner=AuditLearner(
+        fit_metrics={}, eval_metrics={}, failure="non_finite", detail="w: holds NaN"))
+    assert record_from_json(json.loads(encode_record(refused))).learner == refused.learner
+    old = record_to_json(rec)
+    del old["learner"], old["withdrawn"]  # a line written before issues 24 and 26
+    assert record_from_json(old) == sample_record()
+    assert record_from_json(old).learner is None
+    bad = record_to_json(rec)
+    bad["learner"]["fit_metrics"]["lr"] = "fast"
+    with pytest.raises(StatusError, match=r"learner\.fit_metrics\.lr"):
+        record_from_json(bad)

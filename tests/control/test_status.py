@@ -25,6 +25,7 @@ from peerd.control.status import (
     PeerRow,
     Status,
     StatusError,
+    TrackingStatus,
     ViewsStatus,
     finite,
     from_json,
@@ -219,6 +220,7 @@ def test_the_documented_shape_is_the_schema() -> None:
     assert shape["flagged"] == ["<origin>"]
     assert shape["views"] == names(ViewsStatus)
     assert shape["learner"] == names(LearnerStatus)
+    assert shape["tracking"] == names(TrackingStatus)
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)

@@ -111,6 +111,15 @@ def test_a_python_learner_trains_publishes_fails_and_recovers(
         records = a.participation.answer(None)["records"]
         assert [r["published"] is not None for r in records] == [True, False, False, False,
                                                                  True]
+        # The round log keeps each round's learner metrics (fit and evaluate) or its refusal.
+        learned = [r["learner"] for r in records]
+        assert learned[0]["fit_metrics"].keys() == {"train_loss", "lr"}
+        assert learned[0]["eval_metrics"].keys() == {"accuracy"}
+        assert (learned[0]["failure"], learned[0]["detail"]) == (None, None)
+        assert learned[1] == {"fit_metrics": {}, "eval_metrics": {}, "failure": "raised",
+                              "detail": "ValueError: bad batch"}
+        assert [x["failure"] for x in learned] == [None, "raised", "crashed", "crashed", None]
+        assert learned[4]["fit_metrics"]["train_loss"] == stats.metrics["train_loss"]
         assert a.state.audit_path.read_text().count('"learner_failed"') == 3
     finally:
         for d in (a, b):

@@ -19,6 +19,7 @@ import torch
 import trio
 from torch import nn
 
+from peerd.control.audit import AuditLearner
 from peerd.control.status import LearnerStatus, ViewsStatus
 from peerd.core.drift import drift, overdue, should_publish
 from peerd.core.entry import CacheItem
@@ -278,6 +279,17 @@ class WeightsMode:
         d.metrics.published_params = held.entry.params
         self.model_is_published = True  # signed from the model's own tensors
 
+    def _audit_learner(self, out: RoundOutput) -> AuditLearner | None:
+        """The round record's learner part: its metrics (already checked and bounded by
+        peerd.learn.learner.check), or its failure (None: the builtin learner)."""
+        if self.daemon.cfg.learner.kind == "builtin":
+            return None
+        failure = out.learner_failure
+        return AuditLearner(fit_metrics=dict(out.learner_metrics or {}),
+                            eval_metrics=dict(out.learner_eval_metrics or {}),
+                            failure=None if failure is None else failure.reason.value,
+                            detail=None if failure is None else failure.detail)
+
     def audit(self, round_no: int, published: int | None) -> None:
         if self.external is not None:
             self.external.round_done(round_no, published)
@@ -285,7 +297,8 @@ class WeightsMode:
         assert self._clock is not None
         self.daemon.participation.weights_round(
             round_no=round_no, out=self._out, own_id=self.node.id, cache=self._meta_only,
-            clock=self._clock, drift=self._drift, published=published)
+            clock=self._clock, drift=self._drift, published=published,
+            learner=self._audit_learner(self._out))
 
     def summary(self) -> str:
         m = self.daemon.metrics
