@@ -2,9 +2,10 @@
 
 A running node's addresses change (a DHCP renewal, a laptop moving between networks) and its
 links go down and up. Every ``ADDRESS_POLL_S`` the addresses to advertise are read again
-(:mod:`peerd.net.addrs`); when they came or went, zeroconf's sockets are reconciled, the
-vanished A records get goodbye packets (TTL 0, RFC 6762 §10.2), so peers drop them at once
-instead of after their TTL, and the service is announced with the new ones (§8.4); a link
+(:mod:`peerd.net.addrs`); when they came or went, the vanished A records get goodbye
+packets (TTL 0, RFC 6762 §10.1), so peers drop them at once instead of after their TTL, the
+service is announced with the new ones (§8.4) and zeroconf's sockets are reconciled, in an
+order that never announces a vanished record again (:func:`readvertise`); a link
 coming back up is announced again too (§8.3). Peers then dial the node where it is now,
 without it restarting.
 
@@ -37,22 +38,35 @@ def readvertise(zc: Zeroconf, info: ServiceInfo, addresses: Sequence[str],
                 bound: Sequence[str] | None) -> ServiceInfo:
     """Advertise ``info``'s service at ``addresses`` instead (blocking: a worker thread).
 
-    Sockets first (one per interface address: the old one's address is gone, the new one
-    has none yet): on ``bound`` addresses, or None for all interfaces, resolved afresh. Then
-    goodbyes for the A records that vanished, then the announcement of the new records."""
-    zc.update_interfaces(None if bound is None else list(bound))
+    Goodbyes for the A records that vanished come first, and the registration is replaced
+    by the new records before the sockets are reconciled (one per interface address, on
+    ``bound`` addresses or None for all interfaces): zeroconf's rescan re-announces what is
+    registered whenever it adds a socket, and while the old records were still registered
+    that was the deleted address, cache-flush with a TTL of 120 s, multicast three times
+    just before its goodbye (issue 27). The goodbyes go out again once the new sockets
+    exist: when the only address changed, the old socket cannot send any more (its source
+    address is gone) and the new one did not exist yet."""
     gone = sorted(set(info.parsed_addresses()) - set(addresses))
-    if gone:
-        stale = ServiceInfo(info.type, info.name, port=info.port, server=info.server,
-                            parsed_addresses=gone)
-        out = DNSOutgoing(_FLAGS_ANNOUNCE)
-        for record in stale.dns_addresses(override_ttl=0):
-            out.add_answer_at_time(record, 0)
-        zc.send(out)
+    _goodbye(zc, info, gone)  # on the sockets that still work (other interfaces)
     fresh = ServiceInfo(info.type, info.name, port=info.port, properties=info.properties,
                         server=info.server, parsed_addresses=list(addresses))
-    zc.update_service(fresh)
+    zc.update_service(fresh)  # registered (and announced where a socket works)
+    zc.update_interfaces(None if bound is None else list(bound))
+    _goodbye(zc, info, gone)  # on the new sockets too
     return fresh
+
+
+def _goodbye(zc: Zeroconf, info: ServiceInfo, gone: Sequence[str]) -> None:
+    """TTL 0 for ``info``'s A records of the ``gone`` addresses (RFC 6762 §10.1): peers
+    drop them at once. zeroconf skips (and logs) a socket that cannot send."""
+    if not gone:
+        return
+    stale = ServiceInfo(info.type, info.name, port=info.port, server=info.server,
+                        parsed_addresses=list(gone))
+    out = DNSOutgoing(_FLAGS_ANNOUNCE)
+    for record in stale.dns_addresses(override_ttl=0):
+        out.add_answer_at_time(record, 0)
+    zc.send(out)
 
 
 def _loopback_only(addresses: Sequence[str]) -> bool:
