@@ -61,9 +61,10 @@ class Outcome:
 
 
 async def refused_session(target_id: str, target_addr: str, fleet_id: bytes, *,
-                          wait_s: float) -> Outcome:
-    """One stranger session against ``target_id``: Hello + one more frame, ``wait_s``
-    without reading, the late bytes, then every frame up to the member's end of stream."""
+                          wait_s: float, pipelined: int = 0) -> Outcome:
+    """One stranger session against ``target_id``: Hello + one more frame (of ``pipelined``
+    bytes if given, else an empty Want), ``wait_s`` without reading, the late bytes, then
+    every frame up to the member's end of stream."""
     key_pair = create_new_key_pair(os.urandom(32))
     me = str(ID.from_pubkey(key_pair.public_key))
     target = ID.from_base58(target_id)
@@ -96,7 +97,8 @@ async def refused_session(target_id: str, target_addr: str, fleet_id: bytes, *,
                 stream = Stream(muxed, target_id, PeerStats())  # type: ignore[arg-type]
                 sent_hello = trio.current_time()
                 await write_frame(stream, msg.Hello(fleet_id, me, 0).head())
-                await write_frame(stream, msg.Want(()).head())  # pipelined, never read
+                await write_frame(stream, os.urandom(pipelined) if pipelined  # never read
+                                  else msg.Want(()).head())
                 await trio.sleep(wait_s)  # reading slowly: the member's frames wait for us
                 await conn.secured_conn.write(_PING)  # the late bytes
                 while True:
