@@ -97,6 +97,15 @@ class Admission:
             probation.had_session = True
         return probation
 
+    def lingers(self, probation: Probation | None) -> bool:
+        """Its session is over and the peer still not admitted: its connection goes, but
+        only once the peer has read the refusal (the transport's linger, issue 27). From
+        now on a stream it opens is refused, not a second session."""
+        if probation is None or self.admitted(probation.peer_id):
+            return False
+        probation.lingering = True
+        return True
+
     @staticmethod
     def session_ended(probation: Probation | None) -> None:
         """That stream's session is over: the peer is admitted by now, or its connection

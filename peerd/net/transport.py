@@ -404,12 +404,10 @@ class Transport:
                 logger.exception("handler for stream from %s raised; resetting", peer_id)
             await stream.reset()
         else:
-            # Refused (not admitted after its session): let it read the refusal before
-            # its connection goes (issue 27).
-            if probation is not None and not self._admission.admitted(peer_id):
-                probation.lingering = True  # no second session meanwhile
-                if not await stream.linger(REFUSAL_LINGER_S, REFUSAL_LINGER_BYTES):
-                    await stream.reset()
+            # Refused after its session: it reads why before its connection goes (issue 27).
+            if (self._admission.lingers(probation)
+                    and not await stream.linger(REFUSAL_LINGER_S, REFUSAL_LINGER_BYTES)):
+                await stream.reset()
             await stream.close()
         finally:
             stats.streams_in -= 1
