@@ -16,6 +16,7 @@ browse, parse records from the network or decide whom to dial.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable, Sequence
 
 import trio
@@ -32,41 +33,63 @@ logger = logging.getLogger(__name__)
 
 #: DNS header flags of an announcement: a response (QR), authoritative (AA) (RFC 6762 §18).
 _FLAGS_ANNOUNCE = 0x8000 | 0x0400
+_MDNS_GROUP, _MDNS_PORT = "224.0.0.251", 5353
 
 
 def readvertise(zc: Zeroconf, info: ServiceInfo, addresses: Sequence[str],
                 bound: Sequence[str] | None) -> ServiceInfo:
     """Advertise ``info``'s service at ``addresses`` instead (blocking: a worker thread).
 
-    Goodbyes for the A records that vanished come first, and the registration is replaced
-    by the new records before the sockets are reconciled (one per interface address, on
-    ``bound`` addresses or None for all interfaces): zeroconf's rescan re-announces what is
-    registered whenever it adds a socket, and while the old records were still registered
-    that was the deleted address, cache-flush with a TTL of 120 s, multicast three times
-    just before its goodbye (issue 27). The goodbyes go out again once the new sockets
-    exist: when the only address changed, the old socket cannot send any more (its source
-    address is gone) and the new one did not exist yet."""
+    Goodbyes for the A records that vanished come first, then the registration is replaced
+    by the new records, and only then are zeroconf's sockets reconciled (one per interface
+    address, on ``bound`` addresses or None for all interfaces): the rescan re-announces
+    what is registered whenever it adds a socket, and while the old records were still
+    registered that was the deleted address, cache-flush with a TTL of 120 s, multicast
+    three times just before its goodbye (issue 27). When the only address changed,
+    zeroconf has no socket that can send the goodbyes yet (the old one's source address is
+    gone, the new one is made by the rescan), so they also leave from the new addresses on
+    sockets of our own (:func:`_send_from`), before the new records are announced."""
     gone = sorted(set(info.parsed_addresses()) - set(addresses))
-    _goodbye(zc, info, gone)  # on the sockets that still work (other interfaces)
+    if gone:
+        goodbye = _goodbye(info, gone)
+        zc.send(goodbye)  # on zeroconf's sockets that still work (other interfaces)
+        _send_from(addresses, goodbye.packets())
     fresh = ServiceInfo(info.type, info.name, port=info.port, properties=info.properties,
                         server=info.server, parsed_addresses=list(addresses))
     zc.update_service(fresh)  # registered (and announced where a socket works)
     zc.update_interfaces(None if bound is None else list(bound))
-    _goodbye(zc, info, gone)  # on the new sockets too
     return fresh
 
 
-def _goodbye(zc: Zeroconf, info: ServiceInfo, gone: Sequence[str]) -> None:
+def _goodbye(info: ServiceInfo, gone: Sequence[str]) -> DNSOutgoing:
     """TTL 0 for ``info``'s A records of the ``gone`` addresses (RFC 6762 §10.1): peers
-    drop them at once. zeroconf skips (and logs) a socket that cannot send."""
-    if not gone:
-        return
+    drop them at once."""
     stale = ServiceInfo(info.type, info.name, port=info.port, server=info.server,
                         parsed_addresses=list(gone))
     out = DNSOutgoing(_FLAGS_ANNOUNCE)
     for record in stale.dns_addresses(override_ttl=0):
         out.add_answer_at_time(record, 0)
-    zc.send(out)
+    return out
+
+
+def _send_from(addresses: Sequence[str], packets: Sequence[bytes]) -> None:
+    """Multicast ``packets`` once from each of ``addresses`` (IPv4), from port 5353 as
+    responses must be (RFC 6762 §11), beside zeroconf's own sockets (SO_REUSEADDR and
+    SO_REUSEPORT, as zeroconf sets them). zeroconf has no public call that sends from an
+    address it has no socket for yet. Best effort: a failure is logged."""
+    for address in addresses:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 255)
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                             socket.inet_aton(address))
+                s.bind((address, _MDNS_PORT))
+                for packet in packets:
+                    s.sendto(packet, (_MDNS_GROUP, _MDNS_PORT))
+        except OSError as e:
+            logger.debug("mDNS goodbye from %s failed: %r", address, e)
 
 
 def _loopback_only(addresses: Sequence[str]) -> bool:
