@@ -35,6 +35,9 @@ class Probation:
     peer_id: str
     done: trio.Event = field(default_factory=trio.Event)  # its first inbound stream ended
     had_session: bool = False
+    #: Refused after its session: the transport lets it read the refusal and hang up
+    #: (REFUSAL_LINGER_S); a stream it opens meanwhile is refused, not a second session.
+    lingering: bool = False
 
 
 class Admission:
@@ -75,8 +78,10 @@ class Admission:
         """May ``conn`` of ``peer_id`` be used? An admitted peer's may; otherwise it takes a
         probation slot if one is free and the peer holds none, or it is closed now.
         Synchronous: no other task runs between the check and the decision."""
-        if self.admitted(peer_id) or conn in self._probation:
+        if self.admitted(peer_id):
             return True
+        if conn in self._probation:
+            return not self._probation[conn].lingering
         if (len(self._probation) < self._max_probation and self.tasks is not None
                 and all(p.peer_id != peer_id for p in self._probation.values())):
             probation = self._probation[conn] = Probation(peer_id)
@@ -91,6 +96,15 @@ class Admission:
         if probation is not None:
             probation.had_session = True
         return probation
+
+    def lingers(self, probation: Probation | None) -> bool:
+        """Its session is over and the peer still not admitted: its connection goes, but
+        only once the peer has read the refusal (the transport's linger, issue 27). From
+        now on a stream it opens is refused, not a second session."""
+        if probation is None or self.admitted(probation.peer_id):
+            return False
+        probation.lingering = True
+        return True
 
     @staticmethod
     def session_ended(probation: Probation | None) -> None:

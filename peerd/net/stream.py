@@ -86,6 +86,29 @@ class Stream(FramedStream):
             except Exception as e:  # libp2p's muxer errors share no common base: wrap them all
                 raise TransportError(f"close_write failed: {e!r}") from e
 
+    async def linger(self, linger_s: float, max_bytes: int) -> bool:
+        """End a refused peer's stream gracefully: half-close it (the peer reads EOF after
+        our last frame), then read and drop what the peer still sends until it ends its side
+        and hangs up the connection, within ``linger_s``. Meanwhile the connection stays
+        open, so the peer's late bytes (its other streams: identify, window updates) draw no
+        RST and its libp2p hands over every frame we wrote. False if it sent more than
+        ``max_bytes`` on this stream meanwhile (the caller cuts it at once); never raises."""
+        drained = 0
+        with trio.move_on_after(linger_s):
+            try:
+                await self.close_write()
+                while drained <= max_bytes:
+                    drained += len(await self.read_some(max_bytes + 1 - drained))
+                return False
+            except TransportError:  # its end of stream (or a reset): it is done with it
+                pass
+            # Yamux's read loop keeps reading (and so draining) the connection until the
+            # peer closes it; event_closed is Yamux's, not in the IMuxedConn interface.
+            closed = getattr(self._raw.muxed_conn, "event_closed", None)
+            if closed is not None:
+                await closed.wait()
+        return True
+
     async def close(self) -> None:
         """Graceful close; never raises (a dead peer is no error at this point)."""
         with trio.CancelScope(shield=True, deadline=trio.current_time() + STREAM_CLOSE_TIMEOUT_S):

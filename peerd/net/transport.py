@@ -71,6 +71,8 @@ from peerd.net.transport_config import (
     DISCONNECT_TIMEOUT_S,
     HOST_CLOSE_TIMEOUT_S,
     MAX_TRACKED_PEERS,
+    REFUSAL_LINGER_BYTES,
+    REFUSAL_LINGER_S,
     STREAM_OPEN_TIMEOUT_S,
     seed_of,
 )
@@ -402,6 +404,10 @@ class Transport:
                 logger.exception("handler for stream from %s raised; resetting", peer_id)
             await stream.reset()
         else:
+            # Refused after its session: it reads why before its connection goes (issue 27).
+            if (self._admission.lingers(probation)
+                    and not await stream.linger(REFUSAL_LINGER_S, REFUSAL_LINGER_BYTES)):
+                await stream.reset()
             await stream.close()
         finally:
             stats.streams_in -= 1

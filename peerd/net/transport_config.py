@@ -56,6 +56,15 @@ MAX_PROBATION_CONNECTIONS = 4
 #: The longest a connection on probation stays open unless its peer gets admitted: Hellos
 #: and a manifest frame (the gossip layer gives a stranger 5 s for the manifest it claims).
 PROBATION_S = 10.0
+#: After a refusal (Hello + ``error`` written, the stream half-closed) the connection of a
+#: peer that is not admitted stays open this long at most for the peer to read it and hang
+#: up, its bytes read and dropped meanwhile: closed at once, the peer's late bytes drew a RST
+#: and its libp2p dropped the frames it had not yet read (issue 27: 9 of 142 js-libp2p
+#: sessions). Threat: a stranger holding a connection; it cannot hold one longer than this
+#: past its refusal (nor past PROBATION_S), nor send more than REFUSAL_LINGER_BYTES on the
+#: refused stream meanwhile (more, and the stream is reset and the connection closed).
+REFUSAL_LINGER_S = 2.0
+REFUSAL_LINGER_BYTES = 64 * 1024
 #: Closing one refused connection (its streams are reset, the remote gets a GoAway).
 CLOSE_REFUSED_TIMEOUT_S = 5.0
 #: Mend 9 (peerd.net.mends): a TCP connection whose path is gone (a partition, our own

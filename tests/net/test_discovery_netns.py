@@ -16,7 +16,7 @@ from tests.net.mdns_procs import (
     seed_and_id,
     start_node,
 )
-from tests.net.netns import IP_CMD_TIMEOUT_S, SUBNET, NetnsHost
+from tests.net.netns import IP_CMD_TIMEOUT_S, SUBNET, NetnsHost, replace_address
 
 
 def test_two_nodes_find_each_other_and_ignore_another_fleet(
@@ -107,11 +107,7 @@ def test_a_node_whose_address_changes_is_found_and_reached_at_the_new_one(
         assert first["ok"]
         assert next(e for e in events if e["event"] == "peer")["addresses"] == [h_a.address]
 
-        subprocess.run(h_a.command(["sh", "-c", "echo 1 > "
-                                    "/proc/sys/net/ipv4/conf/eth0/promote_secondaries"]),
-                       check=True, timeout=IP_CMD_TIMEOUT_S)
-        _ip_netns(h_a, "addr", "add", f"{new}/24", "dev", "eth0")
-        _ip_netns(h_a, "addr", "del", f"{h_a.address}/24", "dev", "eth0")
+        replace_address(h_a, new)
         changed = time.monotonic()
         moved = read_until(b, events, lambda e: e["event"] == "peer" and new in e["addresses"])
         found_after = time.monotonic() - changed

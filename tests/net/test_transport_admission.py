@@ -17,9 +17,11 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.daemon.daemon import GOSSIP_INTERVAL_S
+from peerd.net.admission import Admission
 from peerd.net.transport import (
     Stream,
     Transport,
@@ -261,3 +263,39 @@ def test_a_revoked_members_open_connection_is_closed_on_recheck() -> None:
                 await exchange(other, tg)
 
     run(body, TEST_DEADLINE_S)
+
+
+def test_a_refused_peer_lingering_gets_no_second_session() -> None:
+    """Issue 27: while a refused stranger's connection lingers (it reads the refusal), a
+    stream it opens is refused, not served as another probation session; an admitted
+    peer's probation does not linger."""
+
+    async def body() -> None:
+        closed: list[object] = []
+
+        async def close(conn: object) -> None:
+            closed.append(conn)
+
+        members: set[str] = set()
+        adm = Admission(members.__contains__, None, max_probation=4, probation_s=10,
+                        close=close)
+        async with trio.open_nursery() as tasks:
+            adm.tasks = tasks
+            assert adm.screen("conn-s", "stranger")
+            assert adm.screen("conn-n", "newcomer")
+            stranger, newcomer = adm.session_started("conn-s"), adm.session_started("conn-n")
+            members.add("newcomer")  # its session brought the manifest that admits it
+            assert adm.lingers(stranger)
+            assert not adm.lingers(newcomer)
+            assert not adm.lingers(None)  # not on probation: an admitted peer's stream
+            assert not adm.screen("conn-s", "stranger")  # no second session meanwhile
+            assert adm.screen("conn-n", "newcomer")
+            assert closed == []  # the connection goes when the session ends, not before
+            Admission.session_ended(stranger)
+            Admission.session_ended(newcomer)
+            await trio.testing.wait_all_tasks_blocked()
+            assert closed == ["conn-s"]
+            assert adm.refused == 0  # counted by the session that refused it
+            tasks.cancel_scope.cancel()
+
+    run(body)
