@@ -29,6 +29,7 @@ from peerd.daemon.normwatch import NormWatch
 from peerd.daemon.notices import plural
 from peerd.learn.learner.check import schema_of
 from peerd.learn.learner.step import LearnerRound
+from peerd.learn.ondevice import DeviceCopy
 from peerd.learn.trainer import LocalTraining, RoundInput, RoundOutput, drift_to, run_round
 from peerd.node.peers import PeerTable
 from peerd.node.state import Held, NodeState
@@ -71,6 +72,10 @@ class WeightsMode:
         self.worker, self.learner_stats = open_worker(cfg, daemon.model, self.node.id)
         self._schema = schema_of(daemon.model.state_dict())
         self.own_examples = 1
+        #: The builtin learner on a device other than the CPU: the model's copy there.
+        device = self.learner_stats.device
+        self.on_device = (DeviceCopy(daemon.model, device)
+                          if self.worker is None and device != "cpu" else None)
 
     def restore_own(self, own: Held) -> None:
         d = self.daemon
@@ -142,7 +147,8 @@ class WeightsMode:
                          keep_anchor=lambda x: spool.spill(x, state.blobs),
                          blend=parse_blend(learning.blend),
                          norm_policy=self.norms.policy, norm_history=self.norms.history,
-                         local=self.local, learner=self._learner_round())
+                         local=self.local, learner=self._learner_round(),
+                         on_device=self.on_device)
         self.model_is_published = False  # the round trains the model in place
         # The core round (peerd.core.round) decides α, x̄ and whether to publish; the daemon
         # only carries the decision out (sign, persist, announce).
