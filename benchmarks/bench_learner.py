@@ -184,7 +184,9 @@ def run(device_name: str, steps: int, batch: int, rows: int, rounds: int, calls:
         pss_kept = _pss(me) + _pss(child) - pss_before
         round_s: list[float] = []
         boundary_s: list[float] = []
+        copy_s: list[float] = []
         steady: list[int] = []
+        scratch = {k: torch.empty_like(v) for k, v in own.items()}  # for the copy's time
         for _ in range(rounds):
             t0 = time.perf_counter()
             builtin_round()
@@ -196,6 +198,11 @@ def run(device_name: str, steps: int, batch: int, rows: int, rounds: int, calls:
                     boundary()
                     boundary_s.append(time.perf_counter() - t0)
                 steady.append(sum(p.growth.values()))
+                t0 = time.perf_counter()
+                for name, t in own.items():  # one model copy, memory to memory
+                    scratch[name].copy_(t)
+                copy_s.append(time.perf_counter() - t0)
+        del scratch
         # Daemon + worker: the worker trains the round itself.
         model.load_state_dict(x_bar)
         with Peaks(me, child) as both:
@@ -214,6 +221,7 @@ def run(device_name: str, steps: int, batch: int, rows: int, rounds: int, calls:
         "params": params, "tensors": len(own), "copy_bytes": copy_bytes,
         "steps": steps, "batch": batch, "rows": rows, "threads": threads,
         "round_s": round_s, "boundary_s": boundary_s, "cold_boundary_s": cold_s,
+        "copy_s": copy_s, "copy_median_s": statistics.median(copy_s),
         "round_median_s": r, "boundary_median_s": b, "boundary_fraction": b / r,
         "cold_growth_copies": {"daemon": cold.growth[me] / copy_bytes,
                                "worker": cold.growth[child] / copy_bytes},
@@ -235,6 +243,7 @@ def _mb(n: float) -> str:
 def _row(label: str, r: dict[str, Any]) -> str:
     cold = r["cold_growth_copies"]
     return (f"| {label} (`{r['commit']}`, {r['device']}) | {r['boundary_median_s']:.3f} | "
+            f"{r['boundary_median_s'] / r['copy_median_s']:.1f} | "
             f"{r['round_median_s']:.2f} | **{100 * r['boundary_fraction']:.1f} %** | "
             f"{cold['daemon']:.2f} + {cold['worker']:.2f} | {r['kept_pss_copies']:.2f} | "
             f"**{r['steady_growth_copies_max']:.2f}** |")
@@ -251,7 +260,8 @@ def render(now: dict[str, Any], before: dict[str, Any] | None,
         f"An 11M-parameter model ({now['model']}: {now['params']:,} parameters, "
         f"{now['tensors']} tensors, one copy = {one}) to the learner's worker and back "
         "(`fit_into` through a real `WorkerLearner` whose learner returns x̄: every copy and "
-        f"check, no training), against a K = {now['steps']} round of the built-in learner "
+        "check, no training), against one model copy (`copy_` into a preallocated model, "
+        f"same run) and a K = {now['steps']} round of the built-in learner "
         f"(batch {now['batch']}, 3 × 32 × 32 images, {now['threads']} torch thread"
         f"{'s' * (now['threads'] > 1)}), interleaved in one run, medians of "
         f"{len(now['boundary_s'])} calls and {len(now['round_s'])} rounds. Memory in model "
@@ -264,9 +274,10 @@ def render(now: dict[str, Any], before: dict[str, Any] | None,
         + (", before: [`reproduction/learner-before.json`](reproduction/learner-before.json)"
            if before else "") + ").",
         "",
-        "| boundary | s per fit | K-step round s | fit / round | first call: daemon + worker "
-        "growth (copies) | kept buffers, PSS (copies) | later calls: growth (copies, max) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| boundary | s per fit | × one copy's time | K-step round s | fit / round | first "
+        "call: daemon + worker growth (copies) | kept buffers, PSS (copies) | later calls: "
+        "growth (copies, max) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     if before is not None:
         lines.append(_row("before: a mapping per call, `isfinite().all()`", before))
@@ -275,7 +286,7 @@ def render(now: dict[str, Any], before: dict[str, Any] | None,
         lines.append(_row("now, on the GPU", gpu))
     else:
         lines.append("| now, on a GPU (`--device cuda`) | not measured: this machine has no "
-                     "GPU | | | | | |")
+                     "GPU | | | | | | |")
     lone = now["lone_daemon_peak_bytes"]
     pair = now["daemon_peak_bytes"] + now["worker_peak_bytes"]
     lines += [
