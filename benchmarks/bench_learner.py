@@ -186,7 +186,6 @@ def run(device_name: str, steps: int, batch: int, rows: int, rounds: int, calls:
         boundary_s: list[float] = []
         copy_s: list[float] = []
         steady: list[int] = []
-        scratch = {k: torch.empty_like(v) for k, v in own.items()}  # for the copy's time
         for _ in range(rounds):
             t0 = time.perf_counter()
             builtin_round()
@@ -199,10 +198,9 @@ def run(device_name: str, steps: int, batch: int, rows: int, rounds: int, calls:
                     boundary_s.append(time.perf_counter() - t0)
                 steady.append(sum(p.growth.values()))
                 t0 = time.perf_counter()
-                for name, t in own.items():  # one model copy, memory to memory
-                    scratch[name].copy_(t)
+                for name, t in own.items():  # one model copy, memory to memory, no allocation
+                    t.copy_(x_bar[name])
                 copy_s.append(time.perf_counter() - t0)
-        del scratch
         # Daemon + worker: the worker trains the round itself.
         model.load_state_dict(x_bar)
         with Peaks(me, child) as both:
@@ -260,7 +258,7 @@ def render(now: dict[str, Any], before: dict[str, Any] | None,
         f"An 11M-parameter model ({now['model']}: {now['params']:,} parameters, "
         f"{now['tensors']} tensors, one copy = {one}) to the learner's worker and back "
         "(`fit_into` through a real `WorkerLearner` whose learner returns x̄: every copy and "
-        "check, no training), against one model copy (`copy_` into a preallocated model, "
+        "check, no training), against one model copy (x̄ `copy_`-ed into the model, "
         f"same run) and a K = {now['steps']} round of the built-in learner "
         f"(batch {now['batch']}, 3 × 32 × 32 images, {now['threads']} torch thread"
         f"{'s' * (now['threads'] > 1)}), interleaved in one run, medians of "
