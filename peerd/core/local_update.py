@@ -149,7 +149,8 @@ def local_update(
     for p in params:
         p.grad = None  # a stale gradient left by the caller would be added into step 1
     model.train()
-    losses = torch.zeros(steps)
+    # Where the batches are (the caller's device): no host sync per step to record a loss.
+    losses = torch.zeros(steps, device=X.device)
     try:
         for k in range(steps):
             idx = rows[k]

@@ -172,10 +172,6 @@ def read_learner(raw: Any) -> LearnerConfig:
             if getattr(learner, key) is not None:
                 raise ConfigError(f'[learner] {key}: only with kind = "python" or "flower", '
                                   f'not "{kind}"')
-    if kind == "builtin" and learner.device not in ("auto", "cpu"):
-        # Not silently ignored: the built-in learner trains on the CPU for now.
-        raise ConfigError(f'[learner] device: the builtin learner trains on the CPU; '
-                          f'"{learner.device}" is for kind = "python" or "flower"')
     return learner
 
 
@@ -184,6 +180,10 @@ def check_learner(learner: LearnerConfig, *, mode: ModeName, local_policy: str,
     """What ``[learner]`` requires of ``[learning]`` and ``[task]``."""
     kind = learner.kind
     if kind == "builtin":
+        if mode is not ModeName.WEIGHTS and learner.device not in ("auto", "cpu"):
+            # Not silently ignored: only weight mode's local step runs on a device.
+            raise ConfigError(f'[learner] device: "{learner.device}" is for weight mode\'s '
+                              f'local step; [learning] mode = "{mode}" trains on the CPU')
         return
     if mode is not ModeName.WEIGHTS:
         raise ConfigError(f'[learner] kind: "{kind}" trains weight mode\'s local step; '

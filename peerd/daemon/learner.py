@@ -1,9 +1,9 @@
 """``[learner]`` at start-up: the worker of a python or flower learner, started before the
 daemon is ready, and every failure to get there as one start-up line (exit status 2).
 
-The device is checked here, not in the config loader (torch knows it; the loader must not
-import torch). ``kind = "external"`` starts no worker: its socket (:mod:`peerd.daemon.external`)
-is checked here and bound with the control socket.
+The device (every kind's, the builtin one's too) is checked here, not in the config loader
+(torch knows it; the loader must not import torch). ``kind = "external"`` starts no worker:
+its socket (:mod:`peerd.daemon.external`) is checked here and bound with the control socket.
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def open_worker(cfg: Config, model: nn.Module, node_id: str) -> tuple[WorkerLear
     its stats."""
     lc = cfg.learner
     if not lc.runs_worker:
-        return None, LearnerStats(kind=lc.kind, entry=None, device="cpu")
+        # The builtin learner trains on it too (peerd.learn.ondevice); checked here likewise.
+        return None, LearnerStats(kind=lc.kind, entry=None, device=learner_device(cfg))
     assert lc.entry is not None  # the loader requires it for these kinds
     device = learner_device(cfg)
     folder = cfg.node.state_dir / BUFFER_DIR

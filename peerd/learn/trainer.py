@@ -64,6 +64,7 @@ from peerd.learn.learner.step import (
     fit_into,
 )
 from peerd.learn.localpolicy import LocalTraining as LocalTraining  # the daemon imports it here
+from peerd.learn.ondevice import DeviceCopy
 from peerd.learn.tasks import Task, TaskData
 
 
@@ -110,6 +111,10 @@ class RoundInput:
     #: ``[learner] kind`` other than builtin: the learner trains instead of local_update and
     #: evaluates (peerd.learn.learner.step); the task is not read. None: the built-in one.
     learner: LearnerRound | None = None
+    #: The built-in learner on a device other than the CPU (``[learner] device``): its copy
+    #: of the model there, which trains and evaluates; the model itself stays on the CPU and
+    #: gets the result. None: the model trains itself, on the CPU.
+    on_device: DeviceCopy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +200,13 @@ def run_round(model: nn.Module, task: Task, inp: RoundInput) -> RoundOutput:
     (plan,), trained = outcome.plans, outcome.trained
     assert outcome.drift is not None  # a rule was given
     # Evaluated in training-sized batches: no activation buffer larger than a step's.
-    val_loss, acc = evaluate(model, data.X_val, data.y_val, task.loss, batch_size=inp.batch_size)
+    dev = inp.on_device
+    if dev is None:
+        val_loss, acc = evaluate(model, data.X_val, data.y_val, task.loss,
+                                 batch_size=inp.batch_size)
+    else:  # the copy holds the trained model too: evaluated where it trained
+        X_val, y_val = dev.rows(data.X_val, data.y_val)
+        val_loss, acc = evaluate(dev.model, X_val, y_val, task.loss, batch_size=inp.batch_size)
     return RoundOutput(
         params=trained.params,
         alpha=plan.as_dict(), examples=n, train_loss=trained.result.mean_loss,
@@ -403,9 +414,20 @@ class _ModelOps:
         elif kind is Anchor.BLEND and inp.keep_anchor is not None:
             anchor = inp.keep_anchor(self.own_params)
         step = local_update if local is None else local.train
-        result = step(self.model, self.data.X_train, self.data.y_train, steps=inp.steps,
+        model, X, y = self.model, self.data.X_train, self.data.y_train
+        dev = inp.on_device
+        if dev is not None:
+            # The model, the rows and x̄ on the device; the batch order still drawn on the
+            # CPU from the round's seed (the same batches as on the CPU).
+            dev.load(self.model)
+            model, (X, y) = dev.model, dev.rows(X, y)
+            if anchor is not None and inp.rho != 0:
+                anchor = dev.anchor(anchor)
+        result = step(model, X, y, steps=inp.steps,
                       batch_size=inp.batch_size, lr=inp.lr, rho=inp.rho, loss=self.loss,
                       generator=torch.Generator().manual_seed(inp.seed), anchor=anchor)
+        if dev is not None:
+            dev.store(self.model)
         # The trained model's own tensors (views, not copies).
         return _Trained(result, {k: v.detach() for k, v in self.model.state_dict().items()})
 

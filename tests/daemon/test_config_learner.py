@@ -69,7 +69,6 @@ def test_a_python_learner_with_its_tables(tmp_path: Path) -> None:
     ({**PY, "run_config": {f"k{i}": i for i in range(65)}}, "[learner.run_config]: at most "
                                                              "64 keys"),
     ({**PY, "run_config": "x"}, "[learner.run_config] must be a table"),
-    ({"device": "cuda"}, '[learner] device: the builtin learner trains on the CPU'),
     ({**PY, "python": "python3"}, "[learner] python: must be the absolute path of a python "
                                   "interpreter"),
     ({**PY, "python": "/nonexistent/bin/python"}, "[learner] python: /nonexistent/bin/python "
@@ -98,6 +97,16 @@ def test_a_learner_of_the_user_s_needs_weight_mode_plain_and_no_task(
     assert str(err.value).startswith(message)
     # The builtin learner runs with all of them as before.
     loads_config(doc(learner={"kind": "builtin"}, **sections))
+
+
+def test_the_builtin_learner_takes_a_device_in_weight_mode_only() -> None:
+    for device in ("cuda", "cuda:1", "mps", "cpu", "auto"):
+        assert loads_config(doc(learner={"device": device})).learner.device == device
+    with pytest.raises(ConfigError) as err:
+        loads_config(doc(learner={"device": "cuda"}, learning={"mode": "knowledge"}))
+    assert str(err.value) == ('[learner] device: "cuda" is for weight mode\'s local step; '
+                              '[learning] mode = "knowledge" trains on the CPU')
+    loads_config(doc(learner={"device": "auto"}, learning={"mode": "knowledge"}))
 
 
 def test_the_worker_may_run_under_another_interpreter() -> None:

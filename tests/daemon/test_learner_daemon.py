@@ -132,3 +132,15 @@ def test_an_entry_that_cannot_start_stops_the_daemon_at_start_up(tmp_path: Path)
     with pytest.raises(DaemonError, match=r"\[learner\] entry tests\.learn\.nope:x: the python "
                                           r"learner's worker could not build the learner"):
         Daemon(with_learner(cfg, 0, entry="tests.learn.nope:x"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has the device")
+def test_a_builtin_learner_on_a_missing_device_stops_the_daemon_at_start_up(
+        tmp_path: Path) -> None:
+    (cfg,) = mode_configs(tmp_path, ModeName.WEIGHTS, n=1)
+    builtin = dataclasses.replace(cfg, learner=LearnerConfig(kind="builtin", device="cuda:0"))
+    with pytest.raises(DaemonError) as err:
+        Daemon(builtin)
+    # peerd run prints it as its one start-up line and exits 2 (cli/run.py).
+    assert str(err.value) == ('[learner] device: "cuda:0" asked for, but torch sees no CUDA '
+                              "device on this machine")

@@ -13,6 +13,7 @@ from peerd.learn.learner.check import (
     MAX_METRICS,
     check_eval,
     check_fit,
+    finite,
     raised,
     schema_of,
 )
@@ -61,6 +62,26 @@ def test_non_finite_parameters_are_refused(bad: float) -> None:
     err = refusal(fit({**PARAMS, "w": w}))
     assert err.reason is Refusal.NON_FINITE
     assert "w" in err.detail
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16,
+                                   torch.bfloat16, torch.complex64])
+def test_finite_is_exact_for_every_floating_dtype(dtype: torch.dtype) -> None:
+    """One min/max pass: every NaN or infinity found wherever it sits (a strided view too),
+    and the largest finite values are finite (no overflow, as a sum would have)."""
+    good = torch.randn(64, 33).to(dtype)
+    assert finite(good)
+    real = torch.finfo(good.real.dtype if dtype.is_complex else dtype)
+    assert finite(torch.full((5,), real.max, dtype=dtype))
+    assert finite(torch.full((5,), real.min, dtype=dtype))
+    for bad in (math.nan, math.inf, -math.inf):
+        for where in ((0, 0), (63, 32), (17, 5)):
+            t = good.clone()
+            t[where] = bad
+            assert not finite(t)
+            assert not finite(t.t())
+    assert finite(torch.empty(0, dtype=dtype))
+    assert finite(torch.tensor([1, 2]))  # integers: nothing to check
 
 
 def test_non_finite_metrics_and_losses_are_refused() -> None:

@@ -108,6 +108,21 @@ def test_params_and_anchor_are_separate_copies_on_write(worker: WorkerLearner) -
     assert all(torch.equal(start[k], x_bar()[k]) for k in start)
 
 
+def test_writes_into_the_kept_mappings_never_reach_the_next_call(
+        worker: WorkerLearner) -> None:
+    """The buffers stay mapped across calls; what one call wrote into a private view is
+    dropped before the next: the learner's writes into ``params`` (worker side) and the
+    daemon's into a result (its side)."""
+    start = x_bar()
+    worker.fit(start, start, config("write"))  # the learner fills its params with 123
+    out = worker.fit(start, start, config("identity"))
+    assert all(torch.equal(out.params[k], start[k]) for k in start)
+    for t in out.params.values():
+        t.fill_(-5.0)  # into the daemon's view of the output buffer
+    again = worker.fit(start, start, config("identity"))
+    assert all(torch.equal(again.params[k], start[k]) for k in start)
+
+
 def test_a_hang_is_cut_after_timeout_s_and_a_fresh_worker_follows(
         worker: WorkerLearner) -> None:
     pid = worker.pid

@@ -36,6 +36,7 @@ from peerd.learn.learner.check import schema_of
 from peerd.learn.learner.contract import LearnerError, LearnerKind
 from peerd.learn.learner.step import Fitted, LearnerRound
 from peerd.learn.learner.worker import WorkerLearner
+from peerd.learn.ondevice import DeviceCopy
 from peerd.learn.trainer import LocalTraining, RoundInput, RoundOutput, drift_to, run_round
 from peerd.node.peers import PeerTable
 from peerd.node.state import Held, NodeState
@@ -85,6 +86,11 @@ class WeightsMode:
             self.worker, self.learner_stats = open_worker(cfg, daemon.model, self.node.id)
         self._schema = schema_of(daemon.model.state_dict())
         self.own_examples = 1
+        #: The builtin learner on a device other than the CPU: the model's copy there.
+        device = self.learner_stats.device
+        self.on_device = (DeviceCopy(daemon.model, device)
+                          if cfg.learner.kind == LearnerKind.BUILTIN and device != "cpu"
+                          else None)
 
     def restore_own(self, own: Held) -> None:
         d = self.daemon
@@ -214,7 +220,8 @@ class WeightsMode:
                           keep_anchor=lambda x: spool.spill(x, state.blobs),
                           blend=parse_blend(learning.blend),
                           norm_policy=self.norms.policy, norm_history=self.norms.history,
-                          local=self.local, learner=self._learner_round())
+                          local=self.local, learner=self._learner_round(),
+                          on_device=self.on_device)
 
     def _silent(self, now: float) -> float:
         # Peers age our entry by its created_at: past max_silence the round republishes it

@@ -105,9 +105,25 @@ def check_params(params: object, schema: FleetSchema) -> Params:
     check_schema(schema_of(params), schema)
     # After every shape check: the finiteness pass reads every value, the checks above none.
     for name, t in params.items():
-        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+        if not finite(t):
             raise LearnerError(Refusal.NON_FINITE, f"{name}: holds NaN or infinity")
     return params
+
+
+def finite(t: torch.Tensor) -> bool:
+    """No NaN and no infinity in ``t`` (integer and bool tensors always pass).
+
+    One read pass, no temporary: the smallest and the largest value (torch's min and max
+    propagate NaN) are both finite exactly when every value is. ``isfinite(t).all()`` reads
+    the same values but materialises a mask of the tensor's size through several passes:
+    ~20× slower for an 11M-parameter model (benchmarks/bench_learner.py).
+    """
+    if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
+        return True
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    lo, hi = torch.aminmax(t.detach())
+    return math.isfinite(float(lo)) and math.isfinite(float(hi))
 
 
 def check_examples(n: object, *, most: int | None = None) -> int:

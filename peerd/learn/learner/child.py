@@ -45,8 +45,8 @@ from peerd.learn.learner.contract import (
     Scalar,
 )
 from peerd.learn.learner.wire import (
+    Buffer,
     PeerGoneError,
-    map_buffer,
     receive,
     schema_from_json,
     send,
@@ -117,22 +117,27 @@ class Worker:
                                  run_config=_scalars(ctx.get("run_config")))
         torch.set_num_threads(int(init.get("torch_threads", 1)))
         self.learner = build_learner(str(init["kind"]), str(init["entry"]), context)
-        self.out = map_buffer(self.buffers["out"], self.schema, shared=True)
+        # Each mapped once, for the worker's life (peerd.learn.learner.wire.Buffer): the
+        # output shared (written here, read by the daemon); x̄ twice, privately, as
+        # ``params`` and ``anchor``; and a private view of each for evaluate. A private
+        # mapping is reset before each call: the learner's writes of one call are gone.
+        self.out = Buffer(self.buffers["out"], self.schema, shared=True)
+        self.params = Buffer(self.buffers["in"], self.schema, shared=False)
+        self.anchor = Buffer(self.buffers["in"], self.schema, shared=False)
+        self.fitted = Buffer(self.buffers["out"], self.schema, shared=False)
 
     def fit(self, request: Mapping[str, Any]) -> dict[str, Any]:
         config = fit_config(request["config"])
-        params = map_buffer(self.buffers["in"], self.schema, shared=False)
-        anchor = map_buffer(self.buffers["in"], self.schema, shared=False)
+        params, anchor = self.params.reset(), self.anchor.reset()
         result = check_fit(self.learner.fit(params, anchor, config), self.schema,
                            max_examples=self.max_examples)
-        write_into(self.out, result.params, self.names)
+        write_into(self.out.tensors, result.params, self.names)
         return {"ok": True, "num_examples": result.num_examples,
                 "metrics": dict(result.metrics)}
 
     def evaluate(self, request: Mapping[str, Any]) -> dict[str, Any]:
         config = fit_config(request["config"])
-        which = self.buffers["out" if request.get("buffer") == "out" else "in"]
-        params = map_buffer(which, self.schema, shared=False)
+        params = (self.fitted if request.get("buffer") == "out" else self.params).reset()
         result = check_eval(self.learner.evaluate(params, config))
         return {"ok": True, "loss": result.loss, "num_examples": result.num_examples,
                 "metrics": dict(result.metrics)}

@@ -44,7 +44,7 @@ from peerd.learn.learner.check import (
     check_schema,
 )
 from peerd.learn.learner.contract import FitResult, LearnerError, Refusal
-from peerd.learn.learner.wire import WireError, layout, map_buffer, schema_from_json
+from peerd.learn.learner.wire import Buffer, WireError, layout, schema_from_json
 
 #: The socket's name in the state directory.
 SOCKET_NAME = "learner.sock"
@@ -125,8 +125,10 @@ def check_buffer(fd: int, schema: FleetSchema, seals: int) -> None:
 
 
 def map_fd(fd: int, schema: FleetSchema, *, shared: bool) -> dict[str, torch.Tensor]:
-    """The buffer behind ``fd`` as the schema's tensors (no copy; see wire.map_buffer)."""
-    return map_buffer(fd_path(fd), schema, shared=shared)
+    """The buffer behind ``fd`` as the schema's tensors (no copy; see wire.Buffer). Mapped
+    for this one call: each blend or publish brings a buffer of its own. The tensors keep
+    the mapping alive (torch.frombuffer holds it) after the Buffer object is gone."""
+    return Buffer(fd_path(fd), schema, shared=shared).tensors
 
 
 def accept_publish(request: Mapping[str, Any], fd: int | None, schema: FleetSchema, *,

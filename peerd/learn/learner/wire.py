@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 import select
 import struct
@@ -183,18 +184,43 @@ def create_buffer(path: Path, size: int) -> None:
         os.close(fd)
 
 
-def map_buffer(path: Path, schema: FleetSchema, *, shared: bool) -> dict[str, torch.Tensor]:
-    """The buffer's tensors by name, mapped (no copy). ``shared``: writes go to the file;
-    otherwise the mapping is private copy-on-write (writes stay in this process)."""
-    offsets, size = layout(schema)
-    if path.stat().st_size != size:
-        raise WireError(f"{path.name}: {path.stat().st_size} bytes, the schema needs {size}")
-    flat = torch.from_file(str(path), shared=shared, size=size, dtype=torch.uint8)
-    out: dict[str, torch.Tensor] = {}
-    for name, slot in schema.items():
-        lo = offsets[name]
-        out[name] = flat[lo:lo + _nbytes(slot)].view(slot.dtype).view(slot.shape)
-    return out
+class Buffer:
+    """A buffer file mapped once and kept mapped for the learner's life, its tensors by name
+    (views of the mapping, no copy).
+
+    ``shared``: writes go to the file (the writer's side). Otherwise the mapping is private
+    copy-on-write: pages nobody wrote are the file's own pages (what the other process writes
+    shows through, no copy), and what a reader writes stays in its process, on pages of its
+    own. :meth:`reset` drops those pages, so each call starts from the file's content again:
+    the mapping (and its page tables) outlive a call, the writes of one call never do.
+    Mapping anew each call instead cost a fault per page and a fresh tensor per call.
+    """
+
+    def __init__(self, path: Path, schema: FleetSchema, *, shared: bool) -> None:
+        offsets, size = layout(schema)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            have = os.fstat(fd).st_size
+            if have != size:
+                raise WireError(f"{path.name}: {have} bytes, the schema needs {size}")
+            self._map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED if shared
+                                  else mmap.MAP_PRIVATE)
+        finally:
+            os.close(fd)  # the mapping holds the file
+        self.shared = shared
+        flat = torch.frombuffer(self._map, dtype=torch.uint8)
+        self.tensors: dict[str, torch.Tensor] = {}
+        for name, slot in schema.items():
+            lo = offsets[name]
+            self.tensors[name] = flat[lo:lo + _nbytes(slot)].view(slot.dtype).view(slot.shape)
+
+    def reset(self) -> dict[str, torch.Tensor]:
+        """The tensors as the file holds them now (a private mapping's own writes dropped)."""
+        if not self.shared:
+            # On a private file mapping MADV_DONTNEED discards the copied-on-write pages:
+            # the next read faults the file's page back in (Linux semantics, by design).
+            self._map.madvise(mmap.MADV_DONTNEED)
+        return self.tensors
 
 
 def write_into(dst: Mapping[str, torch.Tensor], src: Mapping[str, torch.Tensor],

@@ -49,12 +49,12 @@ from peerd.learn.learner.contract import (
     Refusal,
 )
 from peerd.learn.learner.wire import (
+    Buffer,
     DeadlineError,
     PeerGoneError,
     WireError,
     create_buffer,
     layout,
-    map_buffer,
     receive,
     schema_to_json,
     send,
@@ -147,7 +147,11 @@ class WorkerLearner:
         self.paths = {"in": spec.buffer_dir / f"{tag}.in", "out": spec.buffer_dir / f"{tag}.out"}
         for path in self.paths.values():
             create_buffer(path, size)
-        self._in = map_buffer(self.paths["in"], spec.schema, shared=True)
+        # Mapped once for the worker's life (a mapping per call cost a fault per page): x̄
+        # is written into the input, the result read from the output through a private
+        # mapping reset before each read (peerd.learn.learner.wire.Buffer).
+        self._in: Buffer | None = Buffer(self.paths["in"], spec.schema, shared=True)
+        self._out: Buffer | None = Buffer(self.paths["out"], spec.schema, shared=False)
         self._proc: subprocess.Popen[bytes] | None = None
         self._fds: tuple[int, int] | None = None  # (requests, answers), the daemon's ends
         self._last_out: Params | None = None
@@ -160,12 +164,13 @@ class WorkerLearner:
     # ------------------------------------------------------------------ the contract
     def fit(self, params: Params, anchor: Params, config: FitConfig) -> FitResult:
         """``params`` (= ``anchor`` = x̄) into the input buffer, the worker's ``fit``; the
-        result's params are a read-only view of the output buffer, valid until the next
-        call."""
-        write_into(self._in, params, self.names)
+        result's params are a view of the output buffer, valid until the next call (what
+        is written into it stays in this process and is dropped by the next call)."""
+        buffers = self._buffers()
+        write_into(buffers[0].tensors, params, self.names)
         self._last_out = None
         answer = self._call({"op": "fit", "config": _fit_config_json(config)})
-        out = map_buffer(self.paths["out"], self.spec.schema, shared=False)
+        out = buffers[1].reset()
         self._last_out = out
         self.backoff.reset()  # it ran a whole fit: the crashes are behind it
         return FitResult(params=out, num_examples=answer.get("num_examples"),  # type: ignore[arg-type]
@@ -177,12 +182,17 @@ class WorkerLearner:
         if params is self._last_out:
             which = "out"
         else:
-            write_into(self._in, params, self.names)
+            write_into(self._buffers()[0].tensors, params, self.names)
             which = "in"
         answer = self._call({"op": "evaluate", "buffer": which,
                              "config": _fit_config_json(config)})
         return EvalResult(loss=answer.get("loss"), num_examples=answer.get("num_examples"),  # type: ignore[arg-type]
                           metrics=answer.get("metrics"))  # type: ignore[arg-type]
+
+    def _buffers(self) -> tuple[Buffer, Buffer]:
+        if self._in is None or self._out is None:
+            raise LearnerError(Refusal.CRASHED, "the worker is closed")
+        return self._in, self._out
 
     # ------------------------------------------------------------------ the process
     @property
@@ -342,6 +352,6 @@ class WorkerLearner:
             with contextlib.suppress(WireError):
                 send(fds[0], {"op": "stop"})
         self._stop_process()
-        self._in, self._last_out = {}, None
+        self._in, self._out, self._last_out = None, None, None
         for path in self.paths.values():
             path.unlink(missing_ok=True)
