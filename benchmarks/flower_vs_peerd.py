@@ -89,9 +89,10 @@ def render(r: dict[str, Any]) -> list[str]:
     failed = sum(sum(x.values()) for x in p["learner_failed"])
     lines += [
         "",
-        f"Flower's `flwr run` took {f['wall_s']:.0f} s (its strategy "
-        f"{f['strategy_s']:.0f} s of it); peerd's {rounds} rounds "
-        f"{sum(p['round_s']):.0f} s of training calls, {failed} failed learner calls.",
+        f"{failed} of peerd's learner calls failed. The times are not a comparison (Ray's "
+        "start-up, a shared machine, peerd's fleet in one process): Flower's `flwr run` took "
+        f"{f['wall_s']:.0f} s, {f['strategy_s']:.0f} s of it in its strategy; peerd's "
+        f"{rounds} rounds {sum(p['round_s']):.0f} s.",
     ]
     return lines
 

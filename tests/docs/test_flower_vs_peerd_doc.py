@@ -23,12 +23,15 @@ def test_the_committed_readings_compare_like_with_like() -> None:
     assert not r["dirty"]
     assert r["command"].startswith("python -m benchmarks.flower_vs_peerd")
     assert r["versions"]["flwr"] == "1.39.0"  # the flower extra's pin
-    assert "flwr run" in f["command"] and f"num-server-rounds={rounds}" in f["command"]
+    assert "flwr run" in f["command"]
+    assert f"num-server-rounds={rounds}" in f["command"]
     assert f"num-supernodes={n}" in f["command"]
-    assert len(f["central_accuracy"]) == rounds + 1 and len(f["client_eval_acc"]) == rounds
+    assert len(f["central_accuracy"]) == rounds + 1
+    assert len(f["client_eval_acc"]) == rounds
     settings = p["settings"]
     assert (settings["nodes"], settings["rounds"]) == (n, rounds)
-    assert settings["rho"] == 0.0 and settings["alpha"] == "examples"
+    assert settings["rho"] == 0.0
+    assert settings["alpha"] == "examples"
     assert settings["run_config"]["local-epochs"] == 2
     assert len(p["blend_accuracy"]) == n
     assert all(len(x) == rounds + 1 for x in p["blend_accuracy"])
@@ -38,4 +41,5 @@ def test_the_committed_readings_compare_like_with_like() -> None:
     for k in range(rounds + 1):
         assert len({node[k] for node in p["blend_accuracy"]}) == 1
     # Both sides learned: the app's digits are well past chance within the rounds.
-    assert f["central_accuracy"][-1] > 0.5 and p["blend_accuracy"][0][-1] > 0.5
+    assert f["central_accuracy"][-1] > 0.5
+    assert p["blend_accuracy"][0][-1] > 0.5
