@@ -63,6 +63,7 @@ def _wait_for_nodes(log: Path, n: int, link: subprocess.Popen[bytes], timeout_s:
 def run_deployment(app: Path, work: Path, flower_python: Path, hosts: list[Host],
                    rounds: int, kill_after: int | None, timeout_s: float) -> dict[str, Any]:
     n = len(hosts)
+    work.mkdir(parents=True)
     procs: list[subprocess.Popen[bytes]] = []
     start_bytes = [eth0_bytes(h) for h in hosts]
     t0 = time.monotonic()
