@@ -28,11 +28,12 @@ from typing import Any
 
 from benchmarks._flower_deploy import run_deployment
 from benchmarks._flower_mesh import run_mesh
-from benchmarks._report import commit, machine
-from benchmarks.flower_vs_peerd import APP, ROOT, _versions
+from benchmarks._report import commit, machine, write_section
+from benchmarks.flower_vs_peerd import APP, LEARNERS, ROOT, _versions
 from peerd.mesh.netns import lan
 
 RESULT = ROOT / "docs" / "results" / "flower-vs-peerd" / "deployment.json"
+MARK = "flower-vs-peerd-deploy"
 
 
 def _first(points: list[tuple[float, float]], target: float) -> float | None:
@@ -58,6 +59,76 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return out
 
 
+def _s(x: float | None) -> str:
+    return "not reached" if x is None else f"{x:.0f} s"
+
+
+def _kb(values: list[int]) -> str:
+    return " / ".join(f"{v / 1000:.0f}" for v in values)
+
+
+def _flower_row(name: str, f: dict[str, Any]) -> str:
+    acc = f["client_eval_acc"]
+    last = f"{acc[-1][1]:.3f} (round {len(acc)})" if acc else "none"
+    if f["killed_superlink_at_s"] is None:
+        after = f"`flwr run` exit {f['exit']}"
+    else:
+        after = (f"SuperLink killed at {f['killed_superlink_at_s']:.0f} s after round "
+                 f"{len(f['global_accuracy'])}: `flwr run` exit {f['exit']}, no round after it")
+    return (f"| {name} | {f['supernodes_up_s']:.0f} s | {_s(f['reached_target_s'])} | {last} "
+            f"| {_kb(f['bytes'])} | {after} |")
+
+
+def _peerd_row(name: str, p: dict[str, Any]) -> str:
+    ends = [s[-1] for s in p["samples"] if s]
+    last = ", ".join(f"{a:.2f}" if a is not None else "—" for _, _, a in ends)
+    rounds = "/".join(str(r) for _, r, _ in ends)
+    if p["killed"] is None:
+        after = "—"
+    else:
+        i = p["killed"][0]
+        alive = [s[-1] for j, s in enumerate(p["samples"]) if j != i and s]
+        went = "reached the target at rounds" if p["reached_target_s"] is not None \
+            else "went on to rounds"
+        after = (f"node {i} killed at {p['killed_at_s']:.0f} s (its round {p['killed'][1]}); "
+                 f"the other {len(alive)} {went} " + "/".join(str(r) for _, r, _ in alive)
+                 + " without it")
+    return (f"| {name} | {_s(p['ready_s'])} | {_s(p['reached_target_s'])} | {last} "
+            f"(rounds {rounds}) | {_kb(p['bytes'])} | {after} |")
+
+
+def render(r: dict[str, Any]) -> list[str]:
+    runs = r["runs"]
+    lines = [
+        f"Measured at `{r['commit']}` on {r['machine']}: `{r['command']}` "
+        f"(flwr {r['versions']['flwr']}; readings in "
+        "[`results/flower-vs-peerd/deployment.json`](results/flower-vs-peerd/deployment.json)"
+        f"). {r['nodes']} hosts, target: the ClientApps' evaluation ≥ {r['target']} "
+        f"(Flower: FedAvg's weighted mean, {r['rounds']} rounds at most; peerd: every live "
+        "node's own), seconds from the first process started; one run each.",
+        "",
+        "| run | all started | target reached | last ClientApp evaluation | kB through "
+        "each host's link | the fault |",
+        "| --- | ---: | ---: | --- | ---: | --- |",
+    ]
+    names = {"flower_plain": "Flower", "flower_fault": "Flower, SuperLink killed",
+             "peerd_plain": "peerd", "peerd_fault": "peerd, one node killed"}
+    for key, name in names.items():
+        if key in runs:
+            row = _flower_row if key.startswith("flower") else _peerd_row
+            lines.append(row(name, runs[key]))
+    lines += [
+        "",
+        "A run stops once the target is reached (peerd) or the last round ends (Flower), so "
+        "the bytes cover different lengths: compare them per round. What a fault leaves: "
+        "with the SuperLink gone, Flower's run ends there (this app's ServerApp keeps the "
+        "global model in memory only, and each ClientApp process exits after its reply), "
+        "so the last global model is the one before the fault; peerd's surviving nodes "
+        "train on from the blends they have, each holding its own signed model.",
+    ]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=3)
@@ -79,9 +150,11 @@ def main() -> None:
          "command": "python -m benchmarks.flower_vs_peerd_deploy " + shlex.join(sys.argv[1:])}
     text = json.dumps(r, indent=1) + "\n"
     print(text)
+    print("\n".join(render(r)))
     if args.write:
         RESULT.parent.mkdir(parents=True, exist_ok=True)
         RESULT.write_text(text)
+        write_section(MARK, "\n".join(render(r)), doc=LEARNERS)
 
 
 if __name__ == "__main__":
