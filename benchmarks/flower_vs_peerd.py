@@ -14,7 +14,11 @@ R rounds, on both:
   α = examples, ρ = 0.
 
 Needs root (``unshare -n``) and the Flower environment with ``flwr[simulation]``
-(``--flower-python``, default .venv-flower/bin/python).
+(``--flower-python``, default .venv-flower/bin/python; scripts/setup installs only the
+``flower`` extra: add ``.venv-flower/bin/python -m pip install 'flwr[simulation]==1.39.0'``,
+which brings Ray 2.55.1, flwr's pin, in place of the 2.52.0 of peerd's ``ray`` extra).
+Flower's commands are found on that environment's bin/ folder, so their scripts must run
+under its interpreter.
 """
 
 from __future__ import annotations
