@@ -14,6 +14,7 @@ As in benchmarks/_flower_sim.py, apps run in the given Flower environment
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -45,6 +46,17 @@ def _env(flower_python: Path, home: Path) -> dict[str, str]:
     return {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1",
             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
             "PATH": f"{flower_python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _kill_the_rest(hosts: list[Host]) -> None:
+    """Flower's own children that left our process groups (a ServerApp outlives its killed
+    SuperLink, retrying): whatever still runs in the namespaces this run made."""
+    for h in hosts:
+        pids = subprocess.run(["ip", "netns", "pids", h.name], capture_output=True,
+                              text=True, check=False).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
 
 
 def _wait_for_nodes(log: Path, n: int, link: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -124,6 +136,7 @@ def run_deployment(app: Path, work: Path, flower_python: Path, hosts: list[Host]
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        _kill_the_rest(hosts)
     (work / "flwr-run.log").write_text("\n".join(lines) + "\n")
     return {"command": command, "exit": run.returncode, "seconds": round(end, 1),
             "supernodes_up_s": up_s,
