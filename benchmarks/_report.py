@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -42,6 +43,16 @@ def machine() -> str:
     )
 
 
+def commit(paths: tuple[str, ...] = ("peerd", "protocol", "cli")) -> str:
+    """HEAD's short hash, "+dirty" when ``paths`` have changes not committed."""
+    root = DOC.parent.parent
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", *paths],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return head + ("+dirty" if dirty else "")
+
+
 def median_time(fn: Callable[[], object], repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -72,3 +83,9 @@ def write_section(name: str, markdown: str, doc: Path = DOC) -> None:
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
+
+
+def read_section(name: str, doc: Path = DOC) -> str:
+    """What :func:`write_section` put between ``name``'s markers in ``doc``."""
+    text = doc.read_text()
+    return text.split(f"<!-- bench:{name} -->\n")[1].split(f"\n<!-- /bench:{name} -->")[0]

@@ -19,14 +19,13 @@ import argparse
 import json
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import machine
+from benchmarks._report import commit, machine
 from peerd.store.keyfile import read_private_key
 from tests.integration.hostile import Target, hostile_peer
 from tests.integration.mesh import STARTUP_TIMEOUT_S, make_fleet, wait_for, write_overrides
@@ -37,15 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CHURN_JSON = ROOT / "docs" / "reliability" / "churn.json"
 RELIABILITY = ROOT / "docs" / "reliability.md"
 MARK = "churn"
-
-
-def _commit() -> str:
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--",
-                            "peerd", "protocol", "cli"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    return head + ("+dirty" if dirty else "")
 
 
 def run(strangers: int, step: int, concurrency: int) -> dict[str, Any]:
@@ -155,7 +145,7 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="store the readings, render the doc")
     args = ap.parse_args()
     r = run(args.strangers, args.step, args.concurrency)
-    r.update(commit=_commit(), machine=machine(),
+    r.update(commit=commit(), machine=machine(),
              command="python -m benchmarks.bench_churn " + shlex.join(sys.argv[1:]))
     print("\n".join(render(r)))
     if args.write:
