@@ -267,26 +267,21 @@ def run_kind(kind: Kind, tmp_path: Path, running: list[Node], hosts: list[NetnsH
             assert mesh >= iso + margin, (kind.name, name, report)
 
 
+#: (rounds after meshing, window, which margin): the default run's form and the long one.
+FORMS = [pytest.param((AFTER, WINDOW, 0), id="short"),
+         pytest.param((LONG_AFTER, LONG_WINDOW, 1), id="long", marks=pytest.mark.long)]
+
+
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
 def test_three_daemons_with_a_user_learner_mesh_and_beat_their_isolated_runs(
-    kind: Kind, tmp_path: Path, lan: Callable[[int], list[NetnsHost]],
-    running: list[Node], monkeypatch: pytest.MonkeyPatch,
+    kind: Kind, form: tuple[int, int, int], tmp_path: Path,
+    lan: Callable[[int], list[NetnsHost]], running: list[Node],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reason = kind.unavailable()
     if reason is not None:
         pytest.skip(reason)
-    run_kind(kind, tmp_path, running, lan(N), monkeypatch, after=AFTER, window=WINDOW,
-             margin=None if kind.margin is None else kind.margin[0])
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
-def test_three_daemons_with_a_user_learner_long(
-    kind: Kind, tmp_path: Path, lan: Callable[[int], list[NetnsHost]],
-    running: list[Node], monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    reason = kind.unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    run_kind(kind, tmp_path, running, lan(N), monkeypatch, after=LONG_AFTER,
-             window=LONG_WINDOW, margin=None if kind.margin is None else kind.margin[1])
+    after, window, which = form
+    run_kind(kind, tmp_path, running, lan(N), monkeypatch, after=after, window=window,
+             margin=None if kind.margin is None else kind.margin[which])
