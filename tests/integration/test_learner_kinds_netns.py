@@ -37,9 +37,11 @@ within a round, so a blend did not lift those nodes above their class ceiling in
 partitions the digits IID by ``partition-id``/``num-partitions``, and on that the mesh's gain
 over a node alone was within the round-to-round noise of its 100 validation rows in every
 setting tried in-process (3 to 30 partitions, 1 to 10 local epochs). Its form checks the rest:
-three daemons found by mDNS, both peers cached and verified, no learner failure, and the
-daemon's accuracy equal to the isolated run's until its first blend. Open: a setting (or
-many more rounds, in the long form) where the gain is larger than that noise.
+three daemons found by mDNS, both peers cached and verified, no learner failure, a round
+line for every round; its isolated run is printed beside (one run, 12 rounds after meshing:
++7.0, +3.8 and -3.6 points), not compared round by round (the app shuffles with torch's
+global generator, so even before the first blend it is not the daemon's computation).
+Open: a setting (or many more rounds) where the gain is larger than that noise.
 
 **Adding the external kind** (issue 26 item 5, branch learner-external): append one
 :class:`Kind` to :data:`KINDS` whose ``configure`` writes ``[learner] kind = "external"`` and
@@ -115,6 +117,9 @@ class Kind:
     #: form); None: not asserted (see the flower kind's note in the module docstring).
     margin: tuple[float, float] | None
     unavailable: Callable[[], str | None] = field(default=lambda: None)
+    #: The learner draws its randomness from FitConfig.seed, so the daemon alone and the
+    #: isolated run compute the same numbers (checked until the first blend).
+    seeded: bool = True
 
 
 def images_data(root: Path, i: int) -> dict[str, Any]:
@@ -152,7 +157,10 @@ KINDS = [
          # "lr" reaches the app as the config record's "lr" (the quickstart's train_config).
          learning={"lr": 0.1},
          run_config={"local-epochs": 2, "batch-size": 32}, prepare=flower_data,
-         path=FLOWER_APP, margin=None, unavailable=no_flower),
+         path=FLOWER_APP, margin=None, unavailable=no_flower,
+         # The quickstart's DataLoader shuffles with torch's global generator, unseeded by
+         # the app: round 1 differed (0.09 against 0.14) between the daemon and the run alone.
+         seeded=False),
 ]
 
 
@@ -253,7 +261,7 @@ def run_kind(kind: Kind, tmp_path: Path, running: list[Node], hosts: list[NetnsH
         end = meshed[node.id] + after
         assert set(range(1, end + 1)) <= set(together), node.logs()[-2000:]
         alone = worker_isolated(kind, node, node_configs[i], end, tmp_path / f"iso{i}")
-        for r in range(1, blended[node.id]):  # no peer blended yet: the very same run
+        for r in range(1, blended[node.id] if kind.seeded else 1):  # no peer blended yet
             assert abs(together[r] - alone[r - 1]) <= SAME, (node.name, r, together, alone)
         rounds = range(end - window + 1, end + 1)
         mesh = statistics.mean(together[r] for r in rounds)
