@@ -25,13 +25,14 @@ near 0.80 on the 360 shared validation images) while the mesh blends models trai
 times as much. The comparison is each node's mean validation accuracy over the
 :data:`WINDOW` rounds ending :data:`AFTER` rounds after its cache first held both peers,
 against the isolated run's mean over the same rounds: at least 1 point better in the short
-form, 3 in the long one. Measured (docs/integration.md): +2.3, +5.2 and +8.9 points 12 rounds
-after meshing; 6 rounds after, +2.4/+3.1/+4.6 in one run and +0.3/-0.6/0.0 in another, which
-is why the short form waits 12. The margin is small because the gain only appears once a
-node alone stops improving; it is not yet checked over many runs. Non-IID splits by class
-(``--digits``) were tried first: AdamW's 20 local steps erase the classes a node lacks
-within a round, so a blend did not lift those nodes above their class ceiling in a short run
-(in-process: 0.68/0.74/0.66 meshed against 0.67/0.69/0.68 alone after 10 rounds).
+form, 3 in the long one. Measured (docs/integration.md): +2.3/+5.2/+8.9 and +7.5/+8.8/+5.9
+points 12 rounds after meshing; 6 rounds after, +2.4/+3.1/+4.6 in one run and +0.3/-0.6/0.0
+in another, which is why the short form waits 12. The margin is small because the gain only
+appears once a node alone stops improving; it is not yet checked over many runs. Non-IID
+splits by class (``--digits``) were tried first: AdamW's 20 local steps erase the classes a
+node lacks within a round, so a blend did not lift those nodes above their class ceiling in
+a short run (in-process: 0.68/0.74/0.66 meshed against 0.67/0.69/0.68 alone after 10
+rounds).
 
 **The flower kind's accuracy is not asserted** (``margin=None``): the unchanged app
 partitions the digits IID by ``partition-id``/``num-partitions``, and on that the mesh's gain
