@@ -180,3 +180,22 @@ def status(node: Node) -> dict[str, Any]:
     s = node.status()
     assert s is not None, f"{node.name} does not answer status:\n{node.logs()[-2000:]}"
     return s
+
+
+def use_learner(node: Node, learner: dict[str, Any], *, run_config: dict[str, Any],
+                node_config: dict[str, Any]) -> None:
+    """Give ``node`` a ``[learner]`` (kind, entry, model, ...) with its two tables, and drop
+    its ``[task]`` table: a python, flower or external learner reads its own data, and the
+    config reader refuses a ``[task]`` beside one (even an empty one)."""
+    lines = node.config.read_text().splitlines()
+    kept: list[str] = []
+    in_task = False
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            in_task = stripped == "[task]"
+        if not in_task:
+            kept.append(line)
+    node.config.write_text("\n".join(kept) + "\n")
+    write_overrides(node.config, learner=learner, **{"learner.run_config": run_config,
+                                                    "learner.node_config": node_config})
