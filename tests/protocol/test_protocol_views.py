@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from peerd.core.reasons import Reason
@@ -77,9 +77,22 @@ def test_signing_and_the_schema_refuse_what_admission_would() -> None:
         VS.layout(KEYS, 1)
 
 
+def _half(bits: int) -> float:
+    return float(np.array(bits, dtype=np.uint16).view(np.float16))
+
+
+#: Every float16 value by its bit pattern (NaN and ±inf included, about 3 %). st.floats(width=16)
+#: rejected 89 % of its draws in downcasting (Hypothesis statistics: 84 valid cases of 8,943,
+#: 50 s); drawing bits makes every case valid.
+HALVES = st.integers(0, 0xFFFF).map(_half)
+
+
 @settings(max_examples=200, deadline=None)
-@given(ids=st.lists(st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=6),
-       cells=st.lists(st.floats(width=16), min_size=18, max_size=18))
+# Ids near the index's range (-2 .. view_ids + 1) as well as anywhere in int32, so that both
+# admitted and refused views are common (any int32 alone made nearly every view a refusal).
+@given(ids=st.lists(st.integers(-2, VS.view_ids + 1) | st.integers(-(2**31), 2**31 - 1),
+                    min_size=1, max_size=6),
+       cells=st.lists(HALVES, min_size=18, max_size=18))
 def test_decoder_invariant_for_view_payload_values(ids: list[int], cells: list[float]) -> None:
     # Whatever ids and vectors are signed, admission answers with a view whose ids are
     # strictly increasing inside the index and whose vectors are finite and bounded, or a
@@ -88,7 +101,9 @@ def test_decoder_invariant_for_view_payload_values(ids: list[int], cells: list[f
     try:
         v = VIEWS.admit(VIEWS.raw(ids, vectors))
     except ProtocolError:
+        event("refused")
         return
+    event("admitted")
     got = v.tensors["ids"].astype(np.int64)
     assert got[0] >= 0
     assert got[-1] < VS.view_ids
