@@ -205,11 +205,7 @@ class WeightsMode:
         d = self.daemon
         node, learning, state = self.node, d.cfg.learning, d.state
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
-        # The round gets metadata plus a list of entries it consumes (see RoundInput.peers):
-        # nothing here keeps a reference that would pin a superseded entry during training.
-        meta_only = tuple(CacheItem(i.meta, i.received_from, i.received_at, verified=i.verified)
-                          for i in node.cache)
-        return RoundInput(own_id=node.id, cache=meta_only, peers=node.blend_inputs(),
+        return RoundInput(own_id=node.id, cache=self._cache_meta(), peers=node.blend_inputs(),
                           clock=node.clock(now), policy=learning.alpha_policy,
                           steps=learning.local_steps, batch_size=learning.batch_size,
                           lr=learning.lr, rho=learning.rho, seed=seed,
@@ -223,6 +219,13 @@ class WeightsMode:
                           local=self.local, learner=self._learner_round(),
                           on_device=self.on_device)
 
+    def _cache_meta(self) -> tuple[CacheItem, ...]:
+        """The cache as metadata only. The round gets this plus a list of entries it consumes
+        (see RoundInput.peers): nothing here keeps a reference that would pin a superseded
+        entry during training."""
+        return tuple(CacheItem(i.meta, i.received_from, i.received_at, verified=i.verified)
+                     for i in self.node.cache)
+
     def _silent(self, now: float) -> float:
         # Peers age our entry by its created_at: past max_silence the round republishes it
         # even below ε (core.drift.should_publish), so a quiet node never expires at peers.
@@ -235,8 +238,7 @@ class WeightsMode:
         silent_for = self._silent(now)
         if self.external is not None:
             clock = node.clock(now)
-            meta_only = tuple(CacheItem(i.meta, i.received_from, i.received_at,
-                                        verified=i.verified) for i in node.cache)
+            meta_only = self._cache_meta()
             out = await self._external_round(self.external, silent_for)
         else:
             inp = self._input(now)
