@@ -48,7 +48,7 @@ from benchmarks._report import DOC, machine
 from peerd.core.local_update import local_update
 from peerd.learn.learner.check import schema_of
 from peerd.learn.learner.contract import FitConfig, LearnerContext, LearnerKind
-from peerd.learn.learner.fleet import resolve_device
+from peerd.learn.learner.fleet import DeviceError, resolve_device
 from peerd.learn.learner.step import LearnerRound, fit_into
 from peerd.learn.learner.worker import WorkerLearner, WorkerSpec
 
@@ -360,6 +360,11 @@ def main() -> None:
     if args.render:
         _write_doc()
         return
+    try:  # a device this machine lacks: one line, before anything is built
+        resolve_device(args.device)
+    except DeviceError as exc:
+        print(f"bench_learner: {exc}", file=sys.stderr)
+        sys.exit(2)
     r = run(args.device, args.steps, args.batch, args.rows, args.rounds, args.calls,
             args.threads)
     r.update(commit=_commit(), machine=machine(),

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,16 +41,20 @@ def digits_share(node: int, nodes: int) -> tuple[torch.Tensor, ...]:
 
 
 def run(state_dir: str, *, rounds: int, node: int = 0, nodes: int = 1, batch: int = 32,
-        lr: float = 3e-3, device: str = "cpu",
-        say: Callable[[str], None] = print) -> list[peerd.client.Published]:
-    """``rounds`` times: blend, train ``peer.steps`` mini-batches, publish; the receipts."""
+        lr: float = 3e-3, device: str = "cpu", say: Callable[[str], None] = print,
+        attach: Callable[[str], AbstractContextManager[Any]] = peerd.client.connect,
+        ) -> list[peerd.client.Published]:
+    """``rounds`` times: blend, train ``peer.steps`` mini-batches, publish; the receipts.
+
+    ``attach`` opens the daemon connection (``peerd.client.connect``); a test passes a
+    stand-in with the same ``blend``/``publish`` to run this very loop without a daemon."""
     x, y, xv, yv = (t.to(device) for t in digits_share(node, nodes))
     model = Net().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(node)
     receipts = []
-    with peerd.client.connect(state_dir) as peer:
+    with attach(state_dir) as peer:
         for r in range(rounds):
             anchor = peer.blend()  # x̄ as of now: the daemon's blend of its cache
             model.load_state_dict(anchor)
@@ -69,8 +75,10 @@ def run(state_dir: str, *, rounds: int, node: int = 0, nodes: int = 1, batch: in
                                    metrics={"train_loss": loss.item(), "val_loss": val_loss,
                                             "accuracy": acc})
             receipts.append(receipt)
-            say(f"round {r + 1}: val acc {acc:.3f}, published as version {receipt.version}"
-                if receipt.published else f"round {r + 1}: val acc {acc:.3f}, not published")
+            # How many models the blend held (own + cached peers): 1 until a peer arrives.
+            head = f"round {r + 1}: blend of {len(peer.last_alpha)}, val acc {acc:.3f}"
+            say(f"{head}, published as version {receipt.version}" if receipt.published
+                else f"{head}, not published")
     return receipts
 
 
@@ -79,7 +87,8 @@ def main() -> None:
     p.add_argument("state_dir", help="the daemon's [node] state_dir (or its learner.sock)")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--node", type=int, default=0)
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=1,
+                   help="the share is every NODES-th training image, from the NODE-th")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args()
     run(a.state_dir, rounds=a.rounds, node=a.node, nodes=a.nodes, device=a.device)

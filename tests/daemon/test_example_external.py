@@ -39,4 +39,4 @@ def test_the_example_loop_publishes_every_round_and_learns(
     assert st is not None
     # Chance is 0.1; 120 AdamW steps of a small MLP get far past it.
     assert st.metrics["accuracy"] > 0.6
-    assert lines[-1].startswith("round 3: val acc")
+    assert lines[-1].startswith("round 3: blend of 1, val acc")  # alone: its own model only
