@@ -18,6 +18,7 @@ import hashlib
 import torch
 from torch import nn
 
+from benchmarks import _provenance
 from benchmarks._report import interleaved, machine, write_section
 from peerd.core.blend import ModelStack
 from peerd.core.cache import merge
@@ -103,6 +104,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = ap.parse_args()
+    started = _provenance.start(ap, args)
     params = 1_100_000 if args.quick else 11_000_000
     rep = 3 if args.quick else 9
 
@@ -128,6 +130,8 @@ Machine: {machine()}
 | K=10 proximal steps (ρ=0.1), CNN {lu['params'] / 1e3:.0f}k params, batch 64 | {lu['ours_s'] * 1e3:.1f} ms | plain `torch.optim.SGD` loop {lu['plain_s'] * 1e3:.1f} ms | {lu['ratio']:.3f}× the time | ≤ 1.10× |
 | merge 1,000 received entries into C=10 | {mg[1_000] * 1e3:.2f} ms ({per_entry[1_000]:.2f} µs/entry) | | | |
 | merge 10,000 received entries into C=10 | {mg[10_000] * 1e3:.2f} ms ({per_entry[10_000]:.2f} µs/entry) | 10× the 1,000 run | {linear_ratio:.2f}× linear | ≈ 1× (linear) |
+
+{_provenance.line(started.record())}
 """
     print(md)
     if not args.no_write:

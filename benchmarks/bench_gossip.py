@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
 from benchmarks._report import machine, write_section
 from peerd.sim.gossipsim import THRESHOLDS, GossipSimConfig, GossipSimResult, simulate
 
@@ -194,11 +195,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.fanout < 1 or any(n < 2 for n in args.nodes):
         p.error("--fanout must be >= 1 and every --nodes value >= 2")
+    started = _provenance.start(p, args)
     rows = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     (args.out / "gossip.json").write_text(json.dumps(
-        {"machine": machine(), "settings": settings, "runs": rows}, separators=(",", ":")))
+        {"machine": machine(), "settings": settings, "runs": rows,
+         "provenance": started.record()}, separators=(",", ":")))
     plot(rows, args.out / "gossip.png")
     print(table(rows))
     if not args.no_write:

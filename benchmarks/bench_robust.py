@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 
+from benchmarks import _provenance
 from benchmarks._report import interleaved, machine, write_section
 from peerd.core.blend import blend_into, blend_rows
 from peerd.core.robust import (
@@ -55,6 +56,7 @@ def main() -> None:
     ap.add_argument("--params", type=int, default=None)
     ap.add_argument("--models", type=int, default=11)
     args = ap.parse_args()
+    started = _provenance.start(ap, args)
     params = args.params or (200_000 if args.quick else 2_000_000)
     rep = 3 if args.quick else 7
     t = bench(params, args.models, rep)
@@ -79,6 +81,8 @@ interleaved repetitions. Ratio: time / the weighted blend's time in the same run
 Clipping and Krum are a float64 statistics pass (norms to the own model; pairwise distances)
 followed by the weighted blend with the weights they chose; the trimmed mean sorts every column
 block, the median of an odd count selects its middle value (`torch.median`).
+
+{_provenance.line(started.record())}
 """
     print(md)
     if not args.no_write:
