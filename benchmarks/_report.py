@@ -20,6 +20,9 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 HEADER = """# Benchmarks
 
 Every number below comes from running the command in its section on the machine it names.
+Sections with committed readings are re-rendered from them and diffed by
+`tests/docs/test_docs_tables.py` (`python -m benchmarks.docs_tables --uncovered` lists the
+ones still written straight into this file).
 Speed targets are judged as ratios against a baseline measured in the same run (same process,
 interleaved repetitions, median), so machine load affects both sides alike.
 """

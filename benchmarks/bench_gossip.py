@@ -208,13 +208,16 @@ def main(argv: list[str] | None = None) -> None:
         write_section("gossip", section(rows, args))
 
 
-def section(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def section(rows: list[dict[str, Any]], args: argparse.Namespace,
+            machine_text: str | None = None) -> str:
+    """The doc's section; ``machine_text``: the machine a saved run recorded (default: this
+    one, for a fresh run)."""
     nodes = ",".join(str(n) for n in args.nodes)
     return f"""## Gossip at scale: spread and per-node cost against N
 
 Command: `nice -n 10 .venv/bin/python -m benchmarks.bench_gossip --nodes {nodes} --fanout \
 {args.fanout} --loss {args.loss} --churn {args.churn} --latency {args.latency} --probes \
-{args.probes} --seed {args.seed}` on {machine()}. Outputs: `docs/reproduction/gossip/gossip.json`, \
+{args.probes} --seed {args.seed}` on {machine_text or machine()}. Outputs: `docs/reproduction/gossip/gossip.json`, \
 ![gossip](reproduction/gossip/gossip.png)
 
 The simulator (`peerd.sim.gossipsim`) runs the real `NodeState`, `run_session`, `PeerTable` \
