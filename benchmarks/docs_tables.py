@@ -230,7 +230,6 @@ UNCOVERED: frozenset[tuple[str, str]] = frozenset({
     ("docs/reliability.md", "Cordial views: who speaks for an agent"),
     ("docs/reproduction.md", "Speed (see also `docs/benchmarks.md`, section `sim`)"),
     ("docs/reproduction.md", "Sample keys: retrieval quality against raw-input cosine"),
-    ("docs/reproduction.md", "Results (test accuracy %, mean ± sample std over seeds 0, 1, 2)"),
     ("docs/reproduction.md", "Linear model (§6.1)"),
     ("docs/reproduction.md", "Pairwise-10 composite MNIST (§6.2.1), P = 25"),
     ("docs/tasks.md", "Measured: 4 daemons, with and without views"),
