@@ -162,6 +162,17 @@ def _flower_deploy() -> str:
     return "\n".join(render(_json(RESULT)))
 
 
+def _soak(part: int) -> Callable[[], str]:
+    """One table of the committed 30-minute soak's rendering (benchmarks.soak.render's parts:
+    1 re-convergence, 3 entries refused, 4 resources, 5 state directories)."""
+    def render() -> str:
+        from benchmarks.soak import render as soak_render
+
+        return soak_render(_json(DOCS / "reliability" / "soak-30min.json")).split("\n\n")[part]
+
+    return render
+
+
 def _robustness() -> str:
     from benchmarks import robustness as rb
 
@@ -201,6 +212,9 @@ def registry() -> list[DocTable]:
                  "docs/results/flower-vs-peerd/accuracy-per-round.json", _flower),
         DocTable(learners, "bench", "flower-vs-peerd-deploy",
                  "docs/results/flower-vs-peerd/deployment.json", _flower_deploy),
+        *(DocTable(reliability, "bench", name, "docs/reliability/soak-30min.json", _soak(part))
+          for part, name in ((1, "soak-convergence"), (3, "soak-entries"),
+                             (4, "soak-resources"), (5, "soak-states"))),
         DocTable(reliability, "bench", "churn", "docs/reliability/churn.json", _churn),
         DocTable(DOCS / "robustness.md", "robustness", "robustness-table",
                  "docs/robustness/*.json", _robustness),
