@@ -48,7 +48,8 @@ class DocTable:
 
     @property
     def key(self) -> str:
-        return f"{self.doc.relative_to(ROOT)}#{self.name}"
+        doc = self.doc.relative_to(ROOT) if self.doc.is_relative_to(ROOT) else self.doc
+        return f"{doc}#{self.name}"
 
     def block(self, text: str | None = None) -> str:
         """The block as the doc has it now."""
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         if not diff:
             continue
         if args.write and table.exact:
-            _write(table)
+            write(table)
             print(f"rewrote {table.key} from {table.sources}")
         else:
             failed += 1
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _write(table: DocTable) -> None:
+def write(table: DocTable) -> None:
     text = table.doc.read_text()
     if table.kind == "reproduce":  # every other table renders as it is: they matched
         from benchmarks.reproduce import RESULTS, Outputs, render_report

@@ -60,3 +60,16 @@ def test_a_table_copied_by_hand_into_a_doc_is_found(tmp_path: Path) -> None:
     doc.write_text("# Results\n\n| run | accuracy |\n| --- | --- |\n| a | 0.93 |\n\n"
                    "<!-- bench:y -->\n| b | 0.91 |\n<!-- /bench:y -->\n\n```\n| c | 0.5 |\n```\n")
     assert list(dt.unmarked_numeric_tables(doc)) == [("Results", "| a | 0.93 |")]
+
+
+def test_write_puts_the_rendering_between_the_markers_and_keeps_the_rest(
+        tmp_path: Path) -> None:
+    doc = tmp_path / "d.md"
+    doc.write_text("intro\n<!-- bench:x -->\n| a | 0.5 |\n<!-- /bench:x -->\n\n"
+                   "<!-- bench:y -->\n| b | 2.0 |\n<!-- /bench:y -->\nend\n")
+    table = dt.DocTable(doc, "bench", "x", "nowhere", lambda: "| a | 0.75 |\n")
+    assert table.diff() != ""
+    dt.write(table)
+    assert doc.read_text() == ("intro\n<!-- bench:x -->\n| a | 0.75 |\n<!-- /bench:x -->\n\n"
+                               "<!-- bench:y -->\n| b | 2.0 |\n<!-- /bench:y -->\nend\n")
+    assert table.diff() == ""
