@@ -11,11 +11,9 @@ in the number of received entries.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gc
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ import torch
 from torch import nn
 
 from benchmarks import _provenance
-from benchmarks._report import interleaved, machine, write_section
+from benchmarks._report import interleaved, machine, readings_parser, run_section
 from peerd.core.blend import ModelStack
 from peerd.core.cache import merge
 from peerd.core.entry import CacheItem, EntryMeta, Schema
@@ -145,24 +143,9 @@ Machine: {r['machine']}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--no-write", action="store_true",
-                    help="print only: leave docs/benchmarks.md and the readings alone")
-    ap.add_argument("--render", action="store_true",
-                    help="measure nothing: rewrite the section from the committed readings")
+    ap = readings_parser(__doc__)
     args = ap.parse_args()
-    if args.render:
-        write_section("core", render(json.loads(READINGS.read_text())))
-        return
-    started = _provenance.start(ap, args)
-    r = measure(args.quick)
-    r["provenance"] = started.record()
-    md = render(r)
-    print(md)
-    if not args.no_write:
-        READINGS.write_text(json.dumps(r, indent=1) + "\n")
-        write_section("core", md)
+    run_section("core", ap, args, READINGS, lambda: measure(args.quick), render)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ interleaved in one run.
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from typing import Any
 import torch
 
 from benchmarks import _provenance
-from benchmarks._report import interleaved, machine, write_section
+from benchmarks._report import interleaved, machine, readings_parser, run_section
 from peerd.core.blend import blend_into, blend_rows
 from peerd.core.robust import (
     Clipped,
@@ -86,32 +84,21 @@ block, the median of an odd count selects its middle value (`torch.median`).
 {tail}"""
 
 
+def measure(quick: bool, params_flag: int | None, models: int) -> dict[str, Any]:
+    params = params_flag or (200_000 if quick else 2_000_000)
+    rep = 3 if quick else 7
+    return {"quick": quick, "params_flag": params_flag, "params": params, "models": models,
+            "repeat": rep, "machine": machine(),
+            "seconds": {k: list(v) for k, v in bench(params, models, rep).items()}}
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--no-write", action="store_true",
-                    help="print only: leave docs/benchmarks.md and the readings alone")
-    ap.add_argument("--render", action="store_true",
-                    help="measure nothing: rewrite the section from the committed readings")
+    ap = readings_parser(__doc__)
     ap.add_argument("--params", type=int, default=None)
     ap.add_argument("--models", type=int, default=11)
     args = ap.parse_args()
-    if args.render:
-        write_section("robust", render(json.loads(READINGS.read_text())))
-        return
-    started = _provenance.start(ap, args)
-    params = args.params or (200_000 if args.quick else 2_000_000)
-    rep = 3 if args.quick else 7
-    r: dict[str, Any] = {
-        "quick": args.quick, "params_flag": args.params, "params": params,
-        "models": args.models, "repeat": rep, "machine": machine(),
-        "seconds": {k: list(v) for k, v in bench(params, args.models, rep).items()}}
-    r["provenance"] = started.record()
-    md = render(r)
-    print(md)
-    if not args.no_write:
-        READINGS.write_text(json.dumps(r, indent=1) + "\n")
-        write_section("robust", md)
+    run_section("robust", ap, args, READINGS,
+                lambda: measure(args.quick, args.params, args.models), render)
 
 
 if __name__ == "__main__":
