@@ -6,6 +6,8 @@ benchmark rewrites only its own numbers and keeps the others'.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import re
@@ -15,11 +17,17 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+from benchmarks import _provenance
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 HEADER = """# Benchmarks
 
 Every number below comes from running the command in its section on the machine it names.
+Sections with committed readings are re-rendered from them and diffed by
+`tests/docs/test_docs_tables.py` (`python -m benchmarks.docs_tables --uncovered` lists the
+ones still written straight into this file).
 Speed targets are judged as ratios against a baseline measured in the same run (same process,
 interleaved repetitions, median), so machine load affects both sides alike.
 """
@@ -83,6 +91,35 @@ def write_section(name: str, markdown: str, doc: Path = DOC) -> None:
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
+
+
+def readings_parser(description: str | None) -> argparse.ArgumentParser:
+    """The options of a benchmark that renders its section from committed readings."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--no-write", action="store_true",
+                    help="print only: leave docs/benchmarks.md and the readings alone")
+    ap.add_argument("--render", action="store_true",
+                    help="measure nothing: rewrite the section from the committed readings")
+    return ap
+
+
+def run_section(name: str, parser: argparse.ArgumentParser, args: argparse.Namespace,
+                readings: Path, measure: Callable[[], dict[str, Any]],
+                render: Callable[[dict[str, Any]], str]) -> None:
+    """``--render``: the section from ``readings``; else measure, record the provenance with
+    the readings, print the section and (unless ``--no-write``) store both."""
+    if args.render:
+        write_section(name, render(json.loads(readings.read_text())))
+        return
+    started = _provenance.start(parser, args)
+    r = measure()
+    r["provenance"] = started.record()
+    md = render(r)
+    print(md)
+    if not args.no_write:
+        readings.write_text(json.dumps(r, indent=1) + "\n")
+        write_section(name, md)
 
 
 def read_section(name: str, doc: Path = DOC) -> str:

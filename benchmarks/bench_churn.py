@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
 from benchmarks._report import commit, machine
 from peerd.store.keyfile import read_private_key
 from tests.integration.hostile import Target, hostile_peer
@@ -144,9 +145,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--write", action="store_true", help="store the readings, render the doc")
     args = ap.parse_args()
+    started = _provenance.start(ap, args)
     r = run(args.strangers, args.step, args.concurrency)
     r.update(commit=commit(), machine=machine(),
-             command="python -m benchmarks.bench_churn " + shlex.join(sys.argv[1:]))
+             command="python -m benchmarks.bench_churn " + shlex.join(sys.argv[1:]),
+             provenance=started.record())
     print("\n".join(render(r)))
     if args.write:
         write(r)

@@ -1,7 +1,8 @@
 """Core benchmarks: blend throughput, proximal-update overhead, merge scaling.
 
 Run: ``.venv/bin/python -m benchmarks.bench_core`` (add ``--quick`` for a smaller smoke run;
-``--no-write`` to print without updating docs/benchmarks.md).
+``--no-write`` to print without updating docs/benchmarks.md and the readings,
+docs/reproduction/core.json, which the section is rendered from; ``--render`` to re-render).
 
 Targets (issue 2): blend ≥ 0.8× a bare ``torch.matmul`` over the same stacked data; K=10
 proximal steps ≤ 1.10× a plain ``torch.optim.SGD`` loop on the MNIST CNN; merge time linear
@@ -10,15 +11,17 @@ in the number of received entries.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gc
 import hashlib
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from benchmarks._report import interleaved, machine, write_section
+from benchmarks import _provenance
+from benchmarks._report import interleaved, machine, readings_parser, run_section
 from peerd.core.blend import ModelStack
 from peerd.core.cache import merge
 from peerd.core.entry import CacheItem, EntryMeta, Schema
@@ -98,29 +101,37 @@ def bench_merge(sizes: tuple[int, ...], repeat: int) -> dict[int, float]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    args = ap.parse_args()
-    params = 1_100_000 if args.quick else 11_000_000
-    rep = 3 if args.quick else 9
+#: The committed readings the doc's section is rendered from (docs_tables re-renders it).
+READINGS = Path(__file__).resolve().parent.parent / "docs" / "reproduction" / "core.json"
 
+
+def measure(quick: bool) -> dict[str, Any]:
+    """Every reading of the section, JSON-able (merge sizes as string keys)."""
+    params = 1_100_000 if quick else 11_000_000
+    rep = 3 if quick else 9
     blend = bench_blend(params, 10, rep)
     lu = bench_local_update(10, rep)
-    sizes = (1_000, 10_000)
     # Merges take milliseconds: many more repetitions, and no GC pauses inside the timings.
     gc.disable()
     try:
-        mg = bench_merge(sizes, rep * 5)
+        mg = bench_merge((1_000, 10_000), rep * 5)
     finally:
         gc.enable()
+    return {"quick": quick, "params": params, "repeat": rep, "blend": blend,
+            "local_update": lu, "merge_s": {str(n): t for n, t in mg.items()},
+            "machine": machine()}
+
+
+def render(r: dict[str, Any]) -> str:
+    """The doc's section from one run's readings."""
+    blend, lu, params = r["blend"], r["local_update"], r["params"]
+    mg = {int(n): t for n, t in r["merge_s"].items()}
     per_entry = {n: t / n * 1e6 for n, t in mg.items()}
     linear_ratio = (mg[10_000] / mg[1_000]) / 10
+    tail = f"\n{_provenance.line(r['provenance'])}\n" if "provenance" in r else ""
+    return f"""## Core (`peerd.core`) — `python -m benchmarks.bench_core{' --quick' if r['quick'] else ''}`
 
-    md = f"""## Core (`peerd.core`) — `python -m benchmarks.bench_core{' --quick' if args.quick else ''}`
-
-Machine: {machine()}
+Machine: {r['machine']}
 
 | benchmark | ours | baseline (same run) | ratio | goal |
 |---|---|---|---|---|
@@ -128,10 +139,13 @@ Machine: {machine()}
 | K=10 proximal steps (ρ=0.1), CNN {lu['params'] / 1e3:.0f}k params, batch 64 | {lu['ours_s'] * 1e3:.1f} ms | plain `torch.optim.SGD` loop {lu['plain_s'] * 1e3:.1f} ms | {lu['ratio']:.3f}× the time | ≤ 1.10× |
 | merge 1,000 received entries into C=10 | {mg[1_000] * 1e3:.2f} ms ({per_entry[1_000]:.2f} µs/entry) | | | |
 | merge 10,000 received entries into C=10 | {mg[10_000] * 1e3:.2f} ms ({per_entry[10_000]:.2f} µs/entry) | 10× the 1,000 run | {linear_ratio:.2f}× linear | ≈ 1× (linear) |
-"""
-    print(md)
-    if not args.no_write:
-        write_section("core", md)
+{tail}"""
+
+
+def main() -> None:
+    ap = readings_parser(__doc__)
+    args = ap.parse_args()
+    run_section("core", ap, args, READINGS, lambda: measure(args.quick), render)
 
 
 if __name__ == "__main__":

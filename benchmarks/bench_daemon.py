@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import _provenance
 from benchmarks._daemons import REPO, Daemon, make_fleet, running, wait_for, write_config
 from benchmarks._startup import START_JSON, bench_start, save_start, start_report
 from peerd.learn.models import MLP
@@ -356,6 +357,7 @@ def main() -> None:
         return
     t0 = time.monotonic()
     load0 = os.getloadavg()[0]
+    provenance = _provenance.start(ap, args)
     mem = None
     if not args.skip_rss:
         runs = [bench_memory(args.params, args.capacity) for _ in range(args.memory_runs)]
@@ -384,7 +386,11 @@ def main() -> None:
         lines += [*breakdown_report(parts), ""]
     if mesh is not None:
         lines += mesh_report(mesh)
+    record = provenance.record()
+    lines += ["", _provenance.line(record)]
     text = "\n".join(lines)
+    if start is not None:
+        start["provenance"] = record
     # Its own section: start-up can be re-measured (--skip-rss --skip-mesh) without
     # replacing the memory rows above it.
     started = None if start is None else "\n".join([

@@ -49,6 +49,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
 from benchmarks._daemons import REPO, vm_of
 from benchmarks.bench_daemon import torch_baseline
 from peerd.control.status import Status
@@ -375,6 +376,7 @@ def main() -> None:
     if why is not None:
         print(f"bench_fleet: {why}", file=sys.stderr)
         sys.exit(2)
+    started = _provenance.start(p, args)
     from benchmarks._report import machine
     from peerd.learn.models import build_model, count_parameters, default_model_kind
 
@@ -391,7 +393,7 @@ def main() -> None:
     command = ".venv/bin/python -m benchmarks.bench_fleet " + " ".join(sys.argv[1:])
     r |= {"torch_baseline": baseline, "model_params": params, "model_bytes": model_bytes,
           "lone": lone, "load_before": load_before, "load_after": load_after,
-          "command": command, "machine": machine()}
+          "command": command, "machine": machine(), "provenance": started.record()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"fleet-n{args.nodes}.json").write_text(json.dumps(r, indent=1) + "\n")
     render(r, not args.no_write)

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
 from benchmarks._report import machine, write_section
 from peerd.sim.gossipsim import THRESHOLDS, GossipSimConfig, GossipSimResult, simulate
 
@@ -194,24 +195,29 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.fanout < 1 or any(n < 2 for n in args.nodes):
         p.error("--fanout must be >= 1 and every --nodes value >= 2")
+    started = _provenance.start(p, args)
     rows = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     (args.out / "gossip.json").write_text(json.dumps(
-        {"machine": machine(), "settings": settings, "runs": rows}, separators=(",", ":")))
+        {"machine": machine(), "settings": settings, "runs": rows,
+         "provenance": started.record()}, separators=(",", ":")))
     plot(rows, args.out / "gossip.png")
     print(table(rows))
     if not args.no_write:
         write_section("gossip", section(rows, args))
 
 
-def section(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def section(rows: list[dict[str, Any]], args: argparse.Namespace,
+            machine_text: str | None = None) -> str:
+    """The doc's section; ``machine_text``: the machine a saved run recorded (default: this
+    one, for a fresh run)."""
     nodes = ",".join(str(n) for n in args.nodes)
     return f"""## Gossip at scale: spread and per-node cost against N
 
 Command: `nice -n 10 .venv/bin/python -m benchmarks.bench_gossip --nodes {nodes} --fanout \
 {args.fanout} --loss {args.loss} --churn {args.churn} --latency {args.latency} --probes \
-{args.probes} --seed {args.seed}` on {machine()}. Outputs: `docs/reproduction/gossip/gossip.json`, \
+{args.probes} --seed {args.seed}` on {machine_text or machine()}. Outputs: `docs/reproduction/gossip/gossip.json`, \
 ![gossip](reproduction/gossip/gossip.png)
 
 The simulator (`peerd.sim.gossipsim`) runs the real `NodeState`, `run_session`, `PeerTable` \

@@ -29,6 +29,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
 from benchmarks._daemons import Daemon, make_fleet, running, wait_for, write_config
 
 TASK = {"name": "fashion-mnist", "partition": "dirichlet:1.0", "node_count": 300,
@@ -146,9 +147,11 @@ def main() -> None:
     if reason is not None:
         sys.exit(f"needs network namespaces: {reason}")
     t0 = time.monotonic()
+    started = _provenance.start(ap, args)
     results = {m: run_mode(m, args.rounds) for m in MODES}
     argv = " ".join(sys.argv[1:])
     text = report(results, f" {argv}" if argv else "", time.monotonic() - t0)
+    text = text.rstrip("\n") + "\n\n" + _provenance.line(started.record()) + "\n"
     print(text)
     print(results)
     if not args.no_write:

@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import _provenance
 from benchmarks._learner_models import images, resnet18, sync
 from benchmarks._report import DOC, machine
 from peerd.core.local_update import local_update
@@ -365,10 +366,12 @@ def main() -> None:
     except DeviceError as exc:
         print(f"bench_learner: {exc}", file=sys.stderr)
         sys.exit(2)
+    started = _provenance.start(ap, args)
     r = run(args.device, args.steps, args.batch, args.rows, args.rounds, args.calls,
             args.threads)
     r.update(commit=_commit(), machine=machine(),
-             command="python -m benchmarks.bench_learner " + shlex.join(sys.argv[1:]))
+             command="python -m benchmarks.bench_learner " + shlex.join(sys.argv[1:]),
+             provenance=started.record())
     print(json.dumps({k: v for k, v in r.items() if not isinstance(v, list)}, indent=1))
     if args.write:
         write(r, args.out or readings_path(torch.device(r["device"]).type))

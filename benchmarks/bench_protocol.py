@@ -127,6 +127,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
     parser.add_argument("--doc", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
+    from benchmarks import _provenance  # needs `python -m` from the repo root
+
+    started = _provenance.start(parser, args)
     table = run(args.params, args.repeat)
     print(table, end="")
     if args.out:
@@ -136,7 +139,8 @@ def main() -> None:
 
         write_section(
             "protocol",
-            "## Protocol (`peerd.protocol`) — `python -m benchmarks.bench_protocol`\n\n" + table,
+            "## Protocol (`peerd.protocol`) — `python -m benchmarks.bench_protocol`\n\n" + table
+            + "\n" + _provenance.line(started.record()) + "\n",
         )
 
 

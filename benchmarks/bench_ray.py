@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks import _provenance
 from benchmarks._report import interleaved, machine, write_section
 from peerd.learn.data import load_dataset, partition
 from peerd.learn.models import build_model, default_model_kind
@@ -118,6 +119,7 @@ def main() -> None:
     if args.render:
         write_section("ray", render(json.loads((args.out / "ray.json").read_text())))
         return
+    started = _provenance.start(parser, args)
     import ray
 
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
@@ -140,7 +142,8 @@ def main() -> None:
                         2, 100, args.out)
     print(json.dumps(large))
     raw = {"machine": machine(), "engines": engines, "large": large,
-           "load_average_1min_engines": [load_before, load_after]}
+           "load_average_1min_engines": [load_before, load_after],
+           "provenance": started.record()}
     if args.no_write:
         return
     (args.out / "ray.json").write_text(json.dumps(raw, indent=1, sort_keys=True) + "\n")

@@ -1,7 +1,9 @@
 """Robust blend rules against the weighted blend on the same stack (issue 15, item 2).
 
 Run: ``.venv/bin/python -m benchmarks.bench_robust`` (``--quick`` for a smaller run,
-``--no-write`` to print without updating docs/benchmarks.md; ``--params``/``--models`` to size).
+``--no-write`` to print without updating docs/benchmarks.md and the readings,
+docs/reproduction/robust.json, which the section is rendered from; ``--render`` to re-render;
+``--params``/``--models`` to size).
 
 Both forms are timed: the whole-stack function (``robust_blend_rows``, the simulator's shape)
 against ``blend_rows``, and the daemon's in-place block-wise form (``robust_blend_into`` over
@@ -11,12 +13,14 @@ interleaved in one run.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from benchmarks._report import interleaved, machine, write_section
+from benchmarks import _provenance
+from benchmarks._report import interleaved, machine, readings_parser, run_section
 from peerd.core.blend import blend_into, blend_rows
 from peerd.core.robust import (
     Clipped,
@@ -48,28 +52,26 @@ def bench(params: int, models: int, repeat: int) -> dict[str, tuple[float, float
     return {k: (t_rows[k], t_into[k]) for k in rows}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    ap.add_argument("--params", type=int, default=None)
-    ap.add_argument("--models", type=int, default=11)
-    args = ap.parse_args()
-    params = args.params or (200_000 if args.quick else 2_000_000)
-    rep = 3 if args.quick else 7
-    t = bench(params, args.models, rep)
+#: The committed readings the doc's section is rendered from (docs_tables re-renders it).
+READINGS = Path(__file__).resolve().parent.parent / "docs" / "reproduction" / "robust.json"
+
+
+def render(r: dict[str, Any]) -> str:
+    """The doc's section from one run's readings."""
+    t = {name: tuple(pair) for name, pair in r["seconds"].items()}
     w_rows, w_into = t["weighted"]
     lines = "\n".join(
-        f"| {name} | {r * 1e3:.1f} ms | {r / w_rows:.2f}× | {i * 1e3:.1f} ms | {i / w_into:.2f}× |"
-        for name, (r, i) in t.items())
-    flags = (" --quick" if args.quick else "") + (
-        f" --params {args.params}" if args.params else "") + (
-        f" --models {args.models}" if args.models != 11 else "")
-    md = f"""## Robust blend rules — `python -m benchmarks.bench_robust{flags}`
+        f"| {name} | {rows * 1e3:.1f} ms | {rows / w_rows:.2f}× | {into * 1e3:.1f} ms | "
+        f"{into / w_into:.2f}× |" for name, (rows, into) in t.items())
+    flags = (" --quick" if r["quick"] else "") + (
+        f" --params {r['params_flag']}" if r["params_flag"] else "") + (
+        f" --models {r['models']}" if r["models"] != 11 else "")
+    tail = f"\n{_provenance.line(r['provenance'])}\n" if "provenance" in r else ""
+    return f"""## Robust blend rules — `python -m benchmarks.bench_robust{flags}`
 
-Machine: {machine()}
+Machine: {r['machine']}
 
-{args.models} models (own + C = {args.models - 1}) × {params / 1e6:.1f}M float32, median of {rep}
+{r['models']} models (own + C = {r['models'] - 1}) × {r['params'] / 1e6:.1f}M float32, median of {r['repeat']}
 interleaved repetitions. Ratio: time / the weighted blend's time in the same run.
 
 | rule | whole stack (`robust_blend_rows`) | ratio | in place, block-wise (`robust_blend_into`) | ratio |
@@ -79,10 +81,24 @@ interleaved repetitions. Ratio: time / the weighted blend's time in the same run
 Clipping and Krum are a float64 statistics pass (norms to the own model; pairwise distances)
 followed by the weighted blend with the weights they chose; the trimmed mean sorts every column
 block, the median of an odd count selects its middle value (`torch.median`).
-"""
-    print(md)
-    if not args.no_write:
-        write_section("robust", md)
+{tail}"""
+
+
+def measure(quick: bool, params_flag: int | None, models: int) -> dict[str, Any]:
+    params = params_flag or (200_000 if quick else 2_000_000)
+    rep = 3 if quick else 7
+    return {"quick": quick, "params_flag": params_flag, "params": params, "models": models,
+            "repeat": rep, "machine": machine(),
+            "seconds": {k: list(v) for k, v in bench(params, models, rep).items()}}
+
+
+def main() -> None:
+    ap = readings_parser(__doc__)
+    ap.add_argument("--params", type=int, default=None)
+    ap.add_argument("--models", type=int, default=11)
+    args = ap.parse_args()
+    run_section("robust", ap, args, READINGS,
+                lambda: measure(args.quick, args.params, args.models), render)
 
 
 if __name__ == "__main__":

@@ -263,13 +263,17 @@ def main() -> None:
         child_imports()
         return
     # Not at the top: the import readings start from an interpreter without torch.
+    from benchmarks import _provenance
     from benchmarks.bench_daemon import torch_baseline
 
+    started = _provenance.start(p, args)
     runs = [{"torch_baseline": torch_baseline(), "imports": bench_imports(),
              "runtime": bench_runtime()} for _ in range(args.runs)]
+    record = started.record()  # after the readings: it imports torch
     if args.out is not None:
         args.out.write_text(json.dumps({"runs": runs, "env": {
-            k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}}, indent=1) + "\n")
+            k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
+            "provenance": record}, indent=1) + "\n")
     text = report(runs)
     if args.write:
         from benchmarks._report import machine, write_section
@@ -279,7 +283,7 @@ def main() -> None:
         text = (f"## Daemon memory: where a lone daemon's RSS over the torch baseline goes\n\n"
                 f"Machine: {machine()}. Command: `.venv/bin/{command}` (as root for the "
                 f"namespace; load average {load:.1f} at the end). Medians of {args.runs} "
-                f"runs; MB = 10^6 bytes.\n\n{text}")
+                f"runs; MB = 10^6 bytes.\n\n{text}\n\n{_provenance.line(record)}")
         write_section("rss", text)
     print(text)
 

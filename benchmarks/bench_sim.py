@@ -17,6 +17,7 @@ import time
 import numpy as np
 import torch
 
+from benchmarks import _provenance
 from benchmarks._report import interleaved, machine, write_section
 from peerd.core.entry import flatten
 from peerd.learn.data import load_dataset, partition
@@ -99,6 +100,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    started = _provenance.start(parser, args)
     torch.set_num_threads(args.threads)
     repeat = 2 if args.quick else 3
     # The paper's CNN at the paper's N = 100 but one step: its loop runs ~20 agent-steps/s.
@@ -141,6 +143,8 @@ def main() -> None:
         f"blend, evaluation on the full test set): {full['seconds_per_round']:.2f} s per round, "
         f"{full['agent_steps_per_s']:.0f} agent-steps/s, {full['merges_per_round']:.0f} cache "
         "merges per round.",
+        "",
+        _provenance.line(started.record()),
     ]
     if not args.no_write:
         write_section("sim", "\n".join(lines))

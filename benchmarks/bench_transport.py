@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from benchmarks import _provenance
 from benchmarks._report import machine, write_section
 from benchmarks.transport_peers import (
     CASE_TIMEOUT_S,
@@ -451,6 +452,7 @@ if __name__ == "__main__":
         ap.error(f"unknown cases: {', '.join(sorted(unknown))}")
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
+    started = _provenance.start(ap, args)
     samples = trio.run(main, args.mb, args.repeat, only)
     load = (load0, os.getloadavg()[0])
     if only:
@@ -460,6 +462,7 @@ if __name__ == "__main__":
             print(summary(samples, args.mb))
     else:
         text = report(samples, args.mb, args.repeat, load, time.perf_counter() - t0)
+        text = text.rstrip("\n") + "\n\n" + _provenance.line(started.record()) + "\n"
         print(text)
         if not args.no_write:
             write_section("transport", text)

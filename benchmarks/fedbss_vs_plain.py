@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import _provenance
 from benchmarks.reproduce import Outputs
 from peerd.sim.output import write_outputs
 from peerd.sim.runner import SimConfig, run
@@ -210,6 +211,7 @@ def main() -> None:
     if args.quick:
         args.agents, args.rounds, args.eval_samples, args.warmup = 4, 3, 200, 1
         args.out = Path("/tmp/fedbss-vs-plain")
+    started = _provenance.start(ap, args)
     cfg = base_config(args.agents, args.rounds, args.eval_samples, args.warmup)
     todo = [(replace(cfg, local_policy=pol, seed=seed), args.out / "fedbss" / f"{pol}-s{seed}")
             for seed in SEEDS for pol in POLICIES]
@@ -219,6 +221,7 @@ def main() -> None:
         print(f"{r['policy']} seed {r['seed']}: final acc {r['accuracy'][-1]:.4f}, "
               f"wall {r['wall_seconds']} s, cpu {r['cpu_seconds']} s", flush=True)
     agg = aggregate(runs, cfg.to_json())
+    agg["provenance"] = started.record()
     (args.out / "fedbss-vs-plain.json").write_text(json.dumps(agg, indent=1) + "\n")
     plot(agg, args.out / "fedbss-vs-plain.png")
 

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
 from benchmarks._flower_peerd import run_peerd
 from benchmarks._flower_sim import run_flower
 from benchmarks._report import commit, machine, write_section
@@ -111,12 +112,14 @@ def main() -> None:
     ap.add_argument("--write", action="store_true",
                     help=f"store the JSON as {RESULT.relative_to(ROOT)}, render docs/learners.md")
     args = ap.parse_args()
+    started = _provenance.start(ap, args)
     with tempfile.TemporaryDirectory() as tmp:
         r = run(args.nodes, args.rounds, args.cpus, args.flower_python.absolute(), Path(tmp))
     head = commit(("peerd", "benchmarks", "examples/flower_app"))
     r.update(commit=head.removesuffix("+dirty"), dirty=head.endswith("+dirty"),
              machine=machine(), date=f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-             command="python -m benchmarks.flower_vs_peerd " + shlex.join(sys.argv[1:]))
+             command="python -m benchmarks.flower_vs_peerd " + shlex.join(sys.argv[1:]),
+             provenance=started.record())
     print("\n".join(render(r)))
     out = RESULT if args.write else args.out or Path(tempfile.mkdtemp()) / RESULT.name
     out.parent.mkdir(parents=True, exist_ok=True)

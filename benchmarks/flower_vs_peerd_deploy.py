@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
 from benchmarks._flower_deploy import run_deployment
 from benchmarks._flower_mesh import run_mesh
 from benchmarks._report import commit, machine, write_section
@@ -140,6 +141,7 @@ def main() -> None:
     ap.add_argument("--flower-python", type=Path, default=ROOT / ".venv-flower/bin/python")
     ap.add_argument("--write", action="store_true", help=f"store as {RESULT.relative_to(ROOT)}")
     args = ap.parse_args()
+    started = _provenance.start(ap, args)
     with tempfile.TemporaryDirectory() as tmp:
         runs = run(args, Path(tmp))
     head = commit(("peerd", "benchmarks", "examples/flower_app"))
@@ -147,7 +149,8 @@ def main() -> None:
          "fault_round": args.fault_round, "versions": _versions(args.flower_python),
          "runs": runs, "commit": head.removesuffix("+dirty"), "dirty": head.endswith("+dirty"),
          "machine": machine(), "date": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-         "command": "python -m benchmarks.flower_vs_peerd_deploy " + shlex.join(sys.argv[1:])}
+         "command": "python -m benchmarks.flower_vs_peerd_deploy " + shlex.join(sys.argv[1:]),
+         "provenance": started.record()}
     text = json.dumps(r, indent=1) + "\n"
     print(text)
     print("\n".join(render(r)))

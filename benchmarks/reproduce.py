@@ -34,6 +34,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks._provenance import Started, start
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 REPORT = ROOT / "docs" / "reproduction.md"
@@ -153,8 +155,10 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def execute(config: Any, out: Path) -> float:
-    """One run: its outputs into ``out``; returns its wall seconds."""
+def execute(config: Any, out: Path, started: Started | None = None) -> float:
+    """One run: its outputs into ``out``; returns its wall seconds. ``started``: the
+    provenance of the ``benchmarks.reproduce`` invocation, recorded with this run's wall time
+    beside its full configuration (every field, defaults included)."""
     from peerd.sim.output import write_outputs
     from peerd.sim.runner import run
 
@@ -169,23 +173,37 @@ def execute(config: Any, out: Path) -> float:
         "cpu_seconds": round(cpu, 1),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "info": result.info,
+        "config": _jsonable_config(config),
     }
+    if started is not None:
+        meta["provenance"] = started.record() | {"wall_s": round(wall, 1)}
     (out / "run.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     return wall
 
 
-def _execute_job(job: tuple[Any, str]) -> tuple[str, float]:
+def _jsonable_config(config: Any) -> dict[str, Any]:
+    out = {}
+    for fl in fields(config):
+        value = getattr(config, fl.name)
+        out[fl.name] = list(value) if isinstance(value, tuple) else value
+    cleaned: dict[str, Any] = json.loads(json.dumps(out, default=str))
+    return cleaned
+
+
+def _execute_job(job: tuple[Any, str, Started | None]) -> tuple[str, float]:
     import torch
 
     torch.set_num_threads(1)  # several runs share two cores: one thread each
-    config, out = job
-    return out, execute(config, Path(out))
+    config, out, started = job
+    return out, execute(config, Path(out), started)
 
 
 def run_experiments(experiments: Iterable[Experiment], results: Path, *, jobs: int = 1,
-                    missing: bool = False, log: Callable[[str], None] = print) -> None:
+                    missing: bool = False, log: Callable[[str], None] = print,
+                    started: Started | None = None) -> None:
     """Run every run of ``experiments`` (``missing``: only those without a ``run.json``)."""
-    todo = [(r.config, str(results / e.name / r.name)) for e in experiments for r in e.runs
+    todo = [(r.config, str(results / e.name / r.name), started)
+            for e in experiments for r in e.runs
             if not (missing and (results / e.name / r.name / "run.json").is_file())]
     if jobs <= 1:
         for job in todo:
@@ -257,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.tables:
         only = [n.strip() for n in args.only.split(",") if n.strip()]
         run_experiments(select(EXPERIMENTS, full=args.full, only=only), args.results,
-                        jobs=args.jobs, missing=args.missing)
+                        jobs=args.jobs, missing=args.missing, started=start(p, args))
     text = args.report.read_text()
     args.report.write_text(render_report(text, TABLES, Outputs(args.results)))
     print(f"tables written to {args.report}")

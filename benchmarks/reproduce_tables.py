@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from benchmarks import fedbss_vs_plain, reproduce_fedcache
+from benchmarks import fedbss_vs_plain, reproduce_fedcache, reproduce_fedcvt
 from benchmarks.reproduce import Experiment, MissingOutputsError, Outputs, Run, RunOutput
 from peerd.sim.runner import SimConfig
 
@@ -458,6 +458,7 @@ TABLES: dict[str, Callable[[Outputs], str]] = {
     "tau-30s-seeds": tau_30s_seeds,
     **reproduce_fedcache.TABLES,  # from docs/reproduction/'s committed FedCache JSONs
     **fedbss_vs_plain.TABLES,  # from docs/reproduction/fedbss-vs-plain.json
+    **reproduce_fedcvt.TABLES,  # from docs/reproduction/fedcvt-*.json
 }
 
 

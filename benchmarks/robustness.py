@@ -25,6 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
+from benchmarks._provenance import Started
+
 BASE_OPTIONS: dict[str, Any] = dict(
     dataset="mnist", partition="shards", algorithms=("cached-dfl",), agents=20, rounds=20,
     local_steps=5, batch_size=32, model="linear", eval_samples=2000, eval_every=20)
@@ -57,9 +60,11 @@ def name(attack: str, fraction: float, rule: str, seed: int) -> str:
     return f"{attack}-{round(fraction * 100):02d}-{rule.replace(':', '_')}-s{seed}.json"
 
 
-def one(job: tuple[str, float, str, int, dict[str, Any], str]) -> tuple[str, float]:
-    """Run one configuration in this worker; write its summary; return (file, seconds)."""
-    attack, fraction, rule, seed, options, out = job
+def one(job: tuple[str, float, str, int, dict[str, Any], str, Started | None]
+        ) -> tuple[str, float]:
+    """Run one configuration in this worker; write its summary (with the sweep's provenance
+    and this run's wall time); return (file, seconds)."""
+    attack, fraction, rule, seed, options, out, started = job
     import torch
 
     torch.set_num_threads(1)
@@ -72,6 +77,8 @@ def one(job: tuple[str, float, str, int, dict[str, Any], str]) -> tuple[str, flo
     seconds = time.perf_counter() - start
     doc = summary_json(result)
     doc["wall_seconds"] = round(seconds, 2)
+    if started is not None:
+        doc["provenance"] = started.record() | {"wall_s": round(seconds, 1)}
     for curve in (r.pop("curve") for r in doc["results"].values()):
         doc.setdefault("final_round", curve[-1][0] if curve else None)
     path = Path(out) / name(attack, fraction, rule, seed)
@@ -154,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out, doc = Path(tempfile.mkdtemp(prefix="robustness-")), Path("/nonexistent")
     others = tuple(float(f) for f in args.other_fractions.split(",") if f) or None
     out.mkdir(parents=True, exist_ok=True)
-    todo = [(a, f, r, s, options, str(out))
+    started = _provenance.start(ap, args)
+    todo = [(a, f, r, s, options, str(out), started)
             for a, f, r, s in grid(attacks, fractions, rules, seeds, extra, others)
             if not (out / name(a, f, r, s)).exists() and not args.table_only]
     print(f"{len(todo)} runs to go into {out}", file=sys.stderr, flush=True)

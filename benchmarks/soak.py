@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
 from peerd.mesh.netns import unavailable
 from tests.integration.soak import KINDS, SoakConfig, run_soak, verdict
 
@@ -88,6 +89,7 @@ def main() -> int:
     if reason is not None:
         print(f"soak: {reason}", file=sys.stderr)
         return 2
+    started = _provenance.start(p, args)
     cfg = SoakConfig(minutes=args.minutes, daemons=args.daemons,
                      round_interval_s=args.round_interval, flood=args.flood, wave=args.wave,
                      seed=args.seed, kinds=kinds, churn=not args.no_churn,
@@ -96,6 +98,7 @@ def main() -> int:
         figures = run_soak(cfg, Path(tmp))
     problems = verdict(figures)
     figures["verdict"] = problems or "ok"
+    figures["provenance"] = started.record()
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=1) + "\n")

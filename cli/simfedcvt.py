@@ -59,8 +59,9 @@ def fedcvt(
     dim: Annotated[int, Opt(help="Representation size per party d_k \\[dimensions].")] = 16,
     threshold: Annotated[float, Opt(help="Pseudo-label confidence gate (each > this) "
                                            "\\[probability].")] = 0.5,
-    sharpen: Annotated[float, Opt(help="Attention sharpening temperature (0: off) "
-                                         "\\[unitless].")] = 0.1,
+    sharpen: Annotated[float, Opt(help="Attention sharpening temperature (0: off, the "
+                                         "seed's softmax(QKᵀ/√d_k); the paper's code: 0.1) "
+                                         "\\[unitless].")] = 0.0,
     warmup_steps: Annotated[int, Opt(help="Steps before pseudo labels are used \\[steps].")] = 50,
     train_samples: Annotated[int, Opt(help="Training samples used (0: all) \\[samples].")] = 0,
     no_pseudo_labels: Annotated[bool, Opt("--no-pseudo-labels",

@@ -8,14 +8,18 @@
    many of those as fit it together: knowledge entries are counted in samples, their
    ``num_examples``, since one may carry 10 samples and the next 10,000).
 
-With ``capacity_per_group = q`` (the Cached-DFL paper's group-based cache) step 5 is
-partitioned by the group label each origin signs into its entries (``EntryMeta.group``):
-the freshest entry of every group first, then every group's second freshest, and so on up
-to q per group (a cap: a group never holds more than q places, so a crowd of near-identical
-neighbours cannot push the other groups out); entries that name no group then fill the
-remaining places by recency. When more groups are present than places, the groups whose
-freshest entries are freshest win. ``q = None`` is the plain step 5, and so is any ``q``
-when no entry names a group. The kept entries are returned freshest first all the same.
+With ``capacity_per_group = q`` (the Cached-DFL paper's group-based cache) step 5 stays the
+lecture's "sort by recency, keep the first C", with q as a cap on the group label each origin
+signs into its entries (``EntryMeta.group``): walking the survivors freshest first, an entry
+is skipped once its group already holds q places; entries that name no group are never
+skipped. Equivalently: the C most recent of {every group's q most recent} ∪ {every entry
+without a group}. The quota reserves nothing — a group whose entries are all older than C
+others gets no place, exactly as in the plain step 5, and an older grouped entry never
+evicts a fresher ungrouped one — it only stops a crowd of near-identical neighbours from
+filling more than q of the C places, so the places it frees go to the next most recent
+entries, grouped or not. With few groups and no ungrouped entries, places stay empty
+rather than go to a group over its cap. ``q = None`` is the plain step 5, and so is any
+``q`` when no entry names a group (or q >= C).
 
 The node's own model is not a cache entry: it is always part of the blend and does not count
 against ``C`` (so ``C`` is exactly the number of *peer* models a node keeps). Entries of our own
@@ -79,22 +83,20 @@ def _by_group(
     winners: Sequence[CacheItem], order: Callable[[CacheItem], tuple[float, bytes, str]],
     capacity: int, quota: int,
 ) -> list[CacheItem]:
-    """Step 5 partitioned by group (module docstring): at most ``capacity`` entries, at most
-    ``quota`` per group, in the order they claim their places."""
+    """Step 5 with a per-group cap (module docstring): the ``capacity`` most recent of every
+    group's ``quota`` most recent and every entry without a group, freshest first."""
     groups: dict[str, list[CacheItem]] = {}
-    ungrouped: list[CacheItem] = []
+    eligible: list[CacheItem] = []
     for item in winners:
         if item.meta.group is None:
-            ungrouped.append(item)
+            eligible.append(item)
         else:
             groups.setdefault(item.meta.group, []).append(item)
-    # Rank r of every group before rank r + 1 of any: each group's freshest comes first.
-    claims = [((rank, order(item)), item)
-              for members in groups.values()
-              for rank, item in enumerate(heapq.nsmallest(min(quota, capacity), members,
-                                                          key=order))]
-    grouped = [item for _, item in heapq.nsmallest(capacity, claims, key=lambda c: c[0])]
-    return grouped + heapq.nsmallest(capacity - len(grouped), ungrouped, key=order)
+    # A group's entries beyond its q freshest can never be kept: a fresher one of the same
+    # group would take the place first, so dropping them up front is the cap.
+    for members in groups.values():
+        eligible += heapq.nsmallest(min(quota, capacity), members, key=order)
+    return heapq.nsmallest(capacity, eligible, key=order)
 
 
 def merge(
@@ -168,9 +170,8 @@ def merge(
     else:
         kept = _by_group(winners, order, capacity, capacity_per_group)
     if sample_budget is not None:
-        # Freshest first (with groups: in the order places are claimed) until the budget is
-        # spent; a fresher entry never loses its place to a smaller, older one (that would
-        # reward splitting knowledge into small entries).
+        # Freshest first until the budget is spent; a fresher entry never loses its place to
+        # a smaller, older one (that would reward splitting knowledge into small entries).
         total, fits = 0, []
         for item in kept:
             total += item.meta.num_examples
@@ -178,8 +179,6 @@ def merge(
                 break
             fits.append(item)
         kept = fits
-    if capacity_per_group is not None:
-        kept.sort(key=order)  # claimed group by group; returned freshest first
     kept_ids = {id(item) for item in kept}
     for item in winners:
         if id(item) not in kept_ids:

@@ -10,7 +10,9 @@ party's representation is missing.
   person's key: ``softmax(Q Kᵀ / √d_k) V``. The lecture did not speak the ``1/√d_k`` factor
   but quotes it from the write-up; we use it (the paper's form). The optional ``sharpen``
   temperature T (weights ``w^(1/T)`` renormalised) is the paper's code's
-  (``fedcvt_repr_estimator.py``, T = 0.1 there), not the lecture's; ``None`` turns it off.
+  (``fedcvt_repr_estimator.py``, T = 0.1 there), not the lecture's; ``None`` (the default
+  here and in ``peerd sim fedcvt``) turns it off: T = 0.1 raises the weights to the 10th
+  power and so undoes the softness the seed's 1/√d_k scale is there for.
   The softmax subtracts each row's maximum before exponentiating (numerically stable), and
   sharpening works in the log domain for the same reason.
 - **Pseudo-label gate** (§16.6.3): a sample without a true label gets one only when the three

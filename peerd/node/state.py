@@ -326,9 +326,9 @@ class NodeState:
         (it is unsigned).
 
         With a per-group quota, C does not cut here: a Digest item names no group (the group
-        is signed in the body, unknown until the entry arrives), so an entry that would win
-        its group's place must not be ruled out by recency alone. What a peer offers is
-        bounded by its own C + 1; :meth:`accept` applies the quota.
+        is signed in the body, unknown until the entry arrives), so an older entry that would
+        take a place a capped group leaves must not be ruled out by recency alone. What a
+        peer offers is bounded by its own C + 1; :meth:`accept` applies the quota.
         """
         candidates = []
         own: msg.DigestItem | None = None

@@ -73,8 +73,10 @@ class FedCVTConfig:
     hidden: int = 64
     dim: int = 16
     threshold: float = 0.5
-    #: Attention sharpening temperature (the paper's code uses 0.1); 0 turns it off.
-    sharpen: float = 0.1
+    #: Attention sharpening temperature; 0 (the default): off, the seed's softmax(QKᵀ/√d_k),
+    #: whose 1/√d_k scale is there to keep the weights soft. The paper's code sharpens with
+    #: 0.1, which raises the weights to the 10th power and undoes that scale (issue 28).
+    sharpen: float = 0.0
     warmup_steps: int = 50
     #: Use only this many training people (0: all of them); keeps MNIST runs short.
     train_samples: int = 0

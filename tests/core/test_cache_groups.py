@@ -1,5 +1,6 @@
-"""The group-partitioned cache (capacity_per_group): each group's freshest first, at most q
-places per group, entries without a group fill what is left; without groups, the old merge."""
+"""The group-capped cache (capacity_per_group): the C most recent, as the lecture's step 5,
+skipping an entry once its group holds q places; entries without a group are never skipped and
+compete on recency alike; without groups, the old merge."""
 
 from __future__ import annotations
 
@@ -50,23 +51,39 @@ def test_the_quota_is_a_cap_and_entries_without_a_group_fill_the_rest() -> None:
     assert origins(only_a.cache) == ["a0"]  # a cap, not a reservation: places stay empty
 
 
-def test_with_more_groups_than_places_the_freshest_groups_win() -> None:
-    received = [grouped("a0", 9, "a"), grouped("a1", 8, "a"), grouped("b0", 7, "b"),
-                grouped("c0", 6, "c"), grouped("d0", 5, "d")]
-    result = merge([], received, clock=CLOCK, tau_max=10, capacity=3, capacity_per_group=2)
-    assert origins(result.cache) == ["a0", "b0", "c0"]  # every group's first before a's second
+def test_with_more_groups_than_places_the_most_recent_win_under_the_cap() -> None:
+    received = [grouped("a0", 10, "a"), grouped("a1", 9, "a"), grouped("a2", 8, "a"),
+                grouped("b0", 7, "b"), grouped("c0", 6, "c"), grouped("d0", 5, "d")]
+    result = merge([], received, clock=CLOCK, tau_max=10, capacity=4, capacity_per_group=2)
+    # a's third is over the cap; its second is fresher than b0, so recency keeps it.
+    assert origins(result.cache) == ["a0", "a1", "b0", "c0"]
+    assert result.dropped == {Reason.EVICTED: 2}
 
 
-def test_the_sample_budget_is_spent_in_the_order_places_are_claimed() -> None:
+def test_an_older_grouped_entry_never_evicts_a_fresher_ungrouped_one() -> None:
+    # Issue 28: C = 2, q = 1; A@v10 (no group, age 0), C@v7 and B@v6 (one group each). The
+    # old round-robin gave both places to the groups and dropped A, the freshest entry.
+    received = [grouped("A", 10, None), grouped("C", 7, "g1"), grouped("B", 6, "g2")]
+    result = merge([], received, clock=CLOCK, tau_max=10, capacity=2, capacity_per_group=1)
+    assert origins(result.cache) == ["A", "C"]
+    assert result.dropped == {Reason.EVICTED: 1}
+
+
+def test_the_sample_budget_is_spent_freshest_first() -> None:
     def sized(origin: str, version: int, group: str, samples: int) -> CacheItem:
         base = grouped(origin, version, group)
         return dataclasses.replace(base, meta=dataclasses.replace(
             base.meta, num_examples=samples, kind="knowledge"))
 
-    received = [sized("a0", 9, "a", 40), sized("a1", 8, "a", 40), sized("b0", 7, "b", 40)]
+    received = [sized("a0", 10, "a", 40), sized("a1", 9, "a", 40), sized("a2", 8, "a", 40),
+                sized("b0", 7, "b", 10)]
     result = merge([], received, clock=CLOCK, tau_max=10, capacity=3, sample_budget=100,
                    capacity_per_group=2)
-    assert origins(result.cache) == ["a0", "b0"]  # b's first place comes before a's second
+    # The cap leaves a0, a1, b0; b0 would fit the budget after them, so all three are kept.
+    assert origins(result.cache) == ["a0", "a1", "b0"]
+    tight = merge([], received, clock=CLOCK, tau_max=10, capacity=3, sample_budget=85,
+                  capacity_per_group=2)
+    assert origins(tight.cache) == ["a0", "a1"]  # b0 never jumps the queue to fit
 
 
 def test_own_origin_and_age_still_come_first() -> None:
@@ -132,7 +149,7 @@ def test_the_grouped_merge_does_not_depend_on_arrival_order(
 
 @settings(max_examples=300, deadline=None)
 @given(received=received_items, **params)
-def test_never_more_than_c_nor_more_than_q_per_group_and_each_groups_freshest_kept(
+def test_never_more_than_c_nor_more_than_q_per_group_and_otherwise_the_most_recent(
     received: list[CacheItem], t: int, tau_max: int, capacity: int, quota: int,
 ) -> None:
     clock = Clock.rounds(t)
@@ -143,26 +160,18 @@ def test_never_more_than_c_nor_more_than_q_per_group_and_each_groups_freshest_ke
     assert len({i.meta.origin for i in cache}) == len(cache)
     for group in GROUPS[:-1]:
         assert sum(i.meta.group == group for i in cache) <= quota
-    everyone = winners(received, clock, tau_max)
+    everyone = winners(received, clock, tau_max)  # freshest first, ties as merge breaks them
     assert [i for i in everyone if i in cache] == cache  # freshest first, as the plain merge
     assert sum(result.dropped.values()) + len(result.accepted) == len(received)
-    by_group: dict[str | None, list[CacheItem]] = {}
-    for i in everyone:
-        by_group.setdefault(i.meta.group, []).append(i)
-    wanted = {g: min(quota, len(m)) for g, m in by_group.items() if g is not None}
-    for members in by_group.values():
-        kept = [i for i in members if i in cache]
-        assert members[:len(kept)] == kept  # a group keeps its freshest, never an older one
-    if sum(wanted.values()) <= capacity:
-        # Room for every group's share: each has it, and its freshest entry is kept.
-        assert all(sum(i.meta.group == g for i in cache) == n for g, n in wanted.items())
-        ungrouped = by_group.get(None, [])
-        assert len(cache) == min(capacity, sum(wanted.values()) + len(ungrouped))
-    elif quota > 0 and len(wanted) <= capacity:
-        assert all(by_group[g][0] in cache for g in wanted)
-    if any(i.meta.group is None for i in cache):
-        # Entries without a group only take places the groups left.
-        assert all(sum(i.meta.group == g for i in cache) == n for g, n in wanted.items())
+    # Step 5 with a cap: every entry left out is either over its group's cap (q fresher
+    # entries of its group are kept) or later than a full cache of C fresher entries.
+    for rank, i in enumerate(everyone):
+        if i in cache:
+            continue
+        fresher = everyone[:rank]
+        capped = i.meta.group is not None and sum(
+            j.meta.group == i.meta.group for j in fresher if j in cache) >= quota
+        assert capped or (len(cache) == capacity and all(j in fresher for j in cache))
 
 
 @settings(max_examples=300, deadline=None)

@@ -115,6 +115,15 @@ def test_quick_path_writes_outputs_and_tables(tmp_path: Path,
         meta = json.loads((folder / "run.json").read_text())
         assert meta["command"].startswith("peerd sim --agents 6 --rounds 2")
         assert (f"--seed {s}" in meta["command"]) == (s != 0)  # 0 is the default
+        assert meta["config"]["seed"] == s
+        assert meta["config"]["tau_max"] == tiny.tau_max
+        prov = meta["provenance"]  # issue 28: commit, full command, machine, date, wall
+        assert "--quick" in prov["command"]
+        assert "--jobs" in prov["command"]
+        assert len(prov["commit"]) == 40
+        assert isinstance(prov["dirty"], bool)
+        assert prov["machine"]["cores"] >= 1
+        assert prov["wall_s"] == meta["wall_seconds"]
     text = report.read_text()
     assert text.startswith("intro\n<!-- reproduce:table smoke -->\n| seed |")
     assert text.endswith("<!-- /reproduce -->\nend\n")

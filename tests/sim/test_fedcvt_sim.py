@@ -56,6 +56,31 @@ def test_the_gate_labels_b_only_rows_and_the_ablation_turns_it_off(views: Views)
     assert "pseudo_accepted_fraction" not in run_one(views, TINY, "vanilla")
 
 
+def test_the_default_attention_is_the_seeds_unsharpened_softmax(
+        views: Views, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 28: softmax(QKᵀ/√d_k) as the seed writes it; the paper's code's T = 0.1 only
+    # when asked for.
+    import peerd.core.fedcvt
+    import peerd.sim.fedcvt as sim
+
+    seen: list[float | None] = []
+    real = peerd.core.fedcvt.attention_fill
+
+    def spy(*args: object, sharpen: float | None = None) -> object:
+        seen.append(sharpen)
+        return real(*args, sharpen=sharpen)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sim, "attention_fill", spy)
+    assert FedCVTConfig().sharpen == 0.0
+    run_one(views, replace(TINY, steps=12), "fedcvt")
+    assert seen
+    assert set(seen) == {None}
+    seen.clear()
+    run_one(views, replace(TINY, steps=12, sharpen=0.1), "fedcvt")
+    assert seen
+    assert set(seen) == {0.1}
+
+
 def test_cli_json_shape(tmp_path: Path) -> None:
     out = tmp_path / "s.json"
     result = CliRunner().invoke(app, ["sim", "fedcvt", "--dataset", "breast_cancer",
@@ -67,6 +92,7 @@ def test_cli_json_shape(tmp_path: Path) -> None:
     assert json.loads(out.read_text()) == summary
     assert summary["aligned"] == [0.2, 0.4]
     assert summary["seeds"] == [0, 1]
+    assert summary["config"]["sharpen"] == 0.0  # the seed's attention unless --sharpen
     assert [row["aligned"] for row in summary["table"]] == [0.2, 0.4]
     assert len(summary["runs"]) == 2 * 2 * 2  # fractions × seeds × methods
     for row in summary["table"]:

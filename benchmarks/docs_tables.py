@@ -1,0 +1,406 @@
+"""Every table of docs/*.md that is rendered from a committed output, in one registry.
+
+Each :class:`DocTable` names a marked block of a doc (``<!-- bench:NAME -->`` sections,
+``<!-- reproduce:table NAME -->`` tables, docs/robustness.md's table), the committed output it
+is rendered from, and its renderer: the same function the benchmark that measured it writes
+the block with, so a rerun and a re-render cannot disagree. ``tests/docs/test_docs_tables.py``
+re-renders all of them and diffs each against the doc, so a number copied or edited by hand
+fails; it also fails on a marked block nobody registered, and on a number-bearing Markdown
+table outside every registered block unless :data:`UNCOVERED` lists its section (the known
+debt of issue 28: sections still written straight into the doc, with no committed output).
+
+    .venv/bin/python -m benchmarks.docs_tables            # diff every table (exit 1 if any differ)
+    .venv/bin/python -m benchmarks.docs_tables --write    # rewrite them from the outputs
+
+A section whose header carries the machine of the run that wrote it *live* (``exact=False``:
+the daemon start-up and RSS sections) is checked for containing its rendered tables; rewriting
+it is left to its benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import itertools
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+BENCHMARKS = DOCS / "benchmarks.md"
+REPRODUCTION = DOCS / "reproduction.md"
+OUTPUTS = DOCS / "reproduction"
+
+
+@dataclass(frozen=True)
+class DocTable:
+    doc: Path
+    kind: str  # "bench", "reproduce" or "robustness": how the block is marked
+    name: str
+    sources: str  # the committed output(s), relative to the repository
+    render: Callable[[], str]
+    exact: bool = True  # False: the block must contain the rendering (a live header)
+
+    @property
+    def key(self) -> str:
+        doc = self.doc.relative_to(ROOT) if self.doc.is_relative_to(ROOT) else self.doc
+        return f"{doc}#{self.name}"
+
+    def block(self, text: str | None = None) -> str:
+        """The block as the doc has it now."""
+        text = self.doc.read_text() if text is None else text
+        if self.kind == "reproduce":
+            from benchmarks.reproduce import marked_tables
+
+            return marked_tables(text)[self.name]
+        start, end = markers(self.kind, self.name)
+        return text.split(start, 1)[1].split(end, 1)[0]
+
+    def rendered(self) -> str:
+        """The block as the committed outputs give it (in the doc's own spacing)."""
+        if self.kind == "reproduce":
+            from benchmarks.reproduce import MissingOutputsError
+
+            try:
+                return self.render().rstrip("\n") + "\n"
+            except MissingOutputsError as missing:  # not run: the doc says so, no numbers
+                return missing.note()
+        if self.kind == "robustness":
+            return self.render()
+        return self.render().rstrip("\n")  # write_section strips the same
+
+    def diff(self, text: str | None = None) -> str:
+        """Empty when the doc's block is what the outputs render; else a unified diff."""
+        have, want = self.block(text), self.rendered()
+        if have == want or (not self.exact and want in have):
+            return ""
+        return "\n".join(difflib.unified_diff(have.splitlines(), want.splitlines(),
+                                              f"{self.key} (doc)", f"{self.key} (rendered)",
+                                              lineterm=""))
+
+
+def markers(kind: str, name: str) -> tuple[str, str]:
+    if kind == "bench":
+        return f"<!-- bench:{name} -->\n", f"\n<!-- /bench:{name} -->"
+    if kind == "robustness":
+        from benchmarks.robustness import MARK_END, MARK_START
+
+        return MARK_START + "\n", MARK_END
+    raise ValueError(f"no markers for kind {kind!r}")
+
+
+def _json(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+# ----------------------------------------------------------------- renderers, one per block
+
+
+def _fleet() -> str:
+    from benchmarks.bench_fleet import report
+
+    r = _json(OUTPUTS / "fleet" / "fleet-n32.json")
+    # Runs saved before the gap was recorded: the same figure from their timeline (as
+    # bench_fleet.render does).
+    r.setdefault("widest_sample_gap_s", max(
+        y["t"] - x["t"] for x, y in itertools.pairwise(r["timeline"])))
+    return report(r, r["lone"], r["torch_baseline"], r["model_bytes"], r["command"],
+                  r["machine"], (r["load_before"], r["load_after"]))
+
+
+def _gossip() -> str:
+    from benchmarks.bench_gossip import section
+
+    g = _json(OUTPUTS / "gossip" / "gossip.json")
+    return section(g["runs"], argparse.Namespace(**g["settings"]), g["machine"])
+
+
+def _ray() -> str:
+    from benchmarks.bench_ray import render
+
+    return render(_json(OUTPUTS / "ray" / "ray.json"))
+
+
+def _rss() -> str:
+    from benchmarks.bench_rss import report
+
+    return report(_json(OUTPUTS / "daemon-rss.json")["runs"])
+
+
+def _start() -> str:
+    from benchmarks._startup import START_JSON, start_report
+
+    return "\n".join(start_report(_json(START_JSON)))
+
+
+def _learner() -> str:
+    from benchmarks.bench_learner import rendered
+
+    return "\n".join(rendered())
+
+
+def _churn() -> str:
+    from benchmarks.bench_churn import CHURN_JSON, render
+
+    return "\n".join(render(_json(CHURN_JSON)))
+
+
+def _flower() -> str:
+    from benchmarks.flower_vs_peerd import RESULT, render
+
+    return "\n".join(render(_json(RESULT)))
+
+
+def _flower_deploy() -> str:
+    from benchmarks.flower_vs_peerd_deploy import RESULT, render
+
+    return "\n".join(render(_json(RESULT)))
+
+
+def _soak(part: int) -> Callable[[], str]:
+    """One table of the committed 30-minute soak's rendering (benchmarks.soak.render's parts:
+    1 re-convergence, 3 entries refused, 4 resources, 5 state directories)."""
+    def render() -> str:
+        from benchmarks.soak import render as soak_render
+
+        return soak_render(_json(DOCS / "reliability" / "soak-30min.json")).split("\n\n")[part]
+
+    return render
+
+
+def _readings(module: str, path: Path) -> Callable[[], str]:
+    """A section that ``module.render`` makes from its readings at ``path``."""
+    def render() -> str:
+        import importlib
+
+        renderer: Callable[[dict[str, Any]], str] = importlib.import_module(module).render
+        return renderer(_json(path))
+
+    return render
+
+
+#: Sections whose benchmark now writes its readings: registered as soon as a run commits them.
+PENDING_READINGS: dict[str, tuple[str, Path]] = {
+    "core": ("benchmarks.bench_core", OUTPUTS / "core.json"),
+    "robust": ("benchmarks.bench_robust", OUTPUTS / "robust.json"),
+}
+
+
+def _robustness() -> str:
+    from benchmarks import robustness as rb
+
+    return rb.table(DOCS / "robustness", rb.ATTACKS, rb.FRACTIONS, rb.RULES, rb.SEEDS,
+                    rb.SIGN_FLIP_EXTRA)
+
+
+def _reproduce(name: str) -> Callable[[], str]:
+    def render() -> str:
+        from benchmarks.reproduce import RESULTS, Outputs
+        from benchmarks.reproduce_tables import TABLES
+
+        return TABLES[name](Outputs(RESULTS))
+
+    return render
+
+
+def _reproduce_names() -> list[str]:
+    from benchmarks.reproduce_tables import TABLES
+
+    return list(TABLES)
+
+
+def registry() -> list[DocTable]:
+    """Every registered block, in doc order."""
+    learners, reliability = DOCS / "learners.md", DOCS / "reliability.md"
+    rep = "docs/reproduction"
+    tables = [
+        DocTable(BENCHMARKS, "bench", "rss", f"{rep}/daemon-rss.json", _rss, exact=False),
+        DocTable(BENCHMARKS, "bench", "daemon-start", f"{rep}/daemon-start.json", _start,
+                 exact=False),
+        DocTable(BENCHMARKS, "bench", "gossip", f"{rep}/gossip/gossip.json", _gossip),
+        DocTable(BENCHMARKS, "bench", "fleet", f"{rep}/fleet/fleet-n32.json", _fleet),
+        DocTable(BENCHMARKS, "bench", "ray", f"{rep}/ray/ray.json", _ray),
+        DocTable(BENCHMARKS, "bench", "learner", f"{rep}/learner*.json", _learner),
+        DocTable(learners, "bench", "flower-vs-peerd",
+                 "docs/results/flower-vs-peerd/accuracy-per-round.json", _flower),
+        DocTable(learners, "bench", "flower-vs-peerd-deploy",
+                 "docs/results/flower-vs-peerd/deployment.json", _flower_deploy),
+        *(DocTable(reliability, "bench", name, "docs/reliability/soak-30min.json", _soak(part))
+          for part, name in ((1, "soak-convergence"), (3, "soak-entries"),
+                             (4, "soak-resources"), (5, "soak-states"))),
+        DocTable(reliability, "bench", "churn", "docs/reliability/churn.json", _churn),
+        DocTable(DOCS / "robustness.md", "robustness", "robustness-table",
+                 "docs/robustness/*.json", _robustness),
+    ]
+    tables += [DocTable(BENCHMARKS, "bench", name, str(path.relative_to(ROOT)),
+                        _readings(module, path))
+               for name, (module, path) in PENDING_READINGS.items() if path.exists()]
+    tables += [DocTable(REPRODUCTION, "reproduce", name,
+                        "docs/results/, docs/reproduction/", _reproduce(name))
+               for name in _reproduce_names()]
+    return tables
+
+
+#: Marked ``bench:`` sections whose benchmark writes the doc directly and commits no raw
+#: readings (issue 28's debt: each needs its readings committed and a renderer above). Those
+#: in :data:`PENDING_READINGS` write them now; :func:`unregistered` drops them once committed.
+UNREGISTERED_SECTIONS: frozenset[tuple[str, str]] = frozenset({
+    ("docs/benchmarks.md", "core"), ("docs/benchmarks.md", "sim"),
+    ("docs/benchmarks.md", "protocol"), ("docs/benchmarks.md", "transport"),
+    ("docs/benchmarks.md", "daemon"), ("docs/benchmarks.md", "knowledge"),
+    ("docs/benchmarks.md", "robust"),
+})
+
+#: Unmarked sections with *measured* numbers in a table, copied into the doc by hand or by a
+#: script's printout (issue 28's debt). ``(doc, heading)``: the nearest heading above.
+UNCOVERED: frozenset[tuple[str, str]] = frozenset({
+    ("docs/integration.md", "Scenario 9 numbers"),
+    ("docs/protocol.md", "Tests, benchmark, fuzzing"),
+    ("docs/reliability.md", "Results of the committed run"),
+    ("docs/reliability.md", "Partitions and address changes: the cause and the fix"),
+    ("docs/reliability.md", "Cordial views: who speaks for an agent"),
+    ("docs/reproduction.md", "Speed (see also `docs/benchmarks.md`, section `sim`)"),
+    ("docs/reproduction.md", "Sample keys: retrieval quality against raw-input cosine"),
+    ("docs/reproduction.md", "Linear model (§6.1)"),
+    ("docs/reproduction.md", "Pairwise-10 composite MNIST (§6.2.1), P = 25"),
+    ("docs/tasks.md", "Measured: 4 daemons, with and without views"),
+    ("docs/transport.md", "Where the time of a 44 MB transfer goes"),
+})
+
+#: Unmarked tables whose numbers are reference, not measurement (config defaults, limits,
+#: protocol fields, what a test or fault does): nothing to render.
+REFERENCE: frozenset[tuple[str, str]] = frozenset({
+    ("docs/integration.md", "The harness"), ("docs/integration.md", "Scenarios"),
+    ("docs/learners.md", "What is refused"),
+    ("docs/operations.md", "`[node]`"), ("docs/operations.md", "`[network]`"),
+    ("docs/operations.md", "`[learning]`"), ("docs/operations.md", "`[learning.knowledge]`"),
+    ("docs/operations.md", "`[learning.cordial]`"), ("docs/operations.md", "`[learning.fedbss]`"),
+    ("docs/operations.md", "`[validation]`"), ("docs/operations.md", "`[task]`"),
+    ("docs/operations.md", "Taking the model out: `peerd export`"),
+    ("docs/protocol.md", "Fleet membership"), ("docs/protocol.md", "Messages"),
+    ("docs/protocol.md", "Entry body (msgpack map inside `body`)"),
+    ("docs/protocol.md", "Admission (`admit_entry`)"),
+    ("docs/protocol.md", "Typed entries: knowledge and keys (FedCache without a server)"),
+    ("docs/reliability.md", "What runs"), ("docs/robustness.md", "What ran"),
+    ("docs/transport.md", "py-libp2p 0.8.1 defects, and how `transport.py` handles them"),
+})
+
+
+def unregistered() -> frozenset[tuple[str, str]]:
+    """:data:`UNREGISTERED_SECTIONS` less those whose readings are committed by now."""
+    done = {("docs/benchmarks.md", n) for n, (_, path) in PENDING_READINGS.items()
+            if path.exists()}
+    return UNREGISTERED_SECTIONS - done
+
+
+MARKED = re.compile(r"<!-- (bench:([a-z0-9-]+)|reproduce:table ([a-z0-9-]+)|"
+                    r"robustness-table:start) -->")
+
+
+def marked_blocks(doc: Path) -> list[str]:
+    """The names of the blocks ``doc`` marks (any kind)."""
+    out = []
+    for m in MARKED.finditer(doc.read_text()):
+        out.append(m.group(2) or m.group(3) or "robustness-table")
+    return out
+
+
+def _spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of every marked block of ``text`` (markers included)."""
+    spans = []
+    for m in MARKED.finditer(text):
+        if m.group(2):
+            end = text.find(f"<!-- /bench:{m.group(2)} -->", m.end())
+        elif m.group(3):
+            end = text.find("<!-- /reproduce -->", m.end())
+        else:
+            end = text.find("<!-- robustness-table:end -->", m.end())
+        spans.append((m.start(), len(text) if end < 0 else end))
+    return spans
+
+
+NUMBER = re.compile(r"\d+\.\d+|\d+(?:,\d{3})+|\b\d{2,}\b")
+
+
+def unmarked_numeric_tables(doc: Path) -> Iterator[tuple[str, str]]:
+    """``(heading, row)`` for every Markdown table row with a number outside every marked
+    block of ``doc`` (fenced code is skipped: commands and config, not results)."""
+    text = doc.read_text()
+    spans = _spans(text)
+    heading, pos, fenced = "(top)", 0, False
+    for line in text.splitlines(keepends=True):
+        start, pos = pos, pos + len(line)
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if line.startswith("#"):
+            heading = stripped.lstrip("#").strip()
+            continue
+        if not stripped.startswith("|") or re.fullmatch(r"[|\s:-]+", stripped):
+            continue
+        if any(a <= start < b for a, b in spans):
+            continue
+        if NUMBER.search(stripped):
+            yield heading, stripped
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.docs_tables",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true",
+                    help="rewrite every exact block from its committed output")
+    ap.add_argument("--uncovered", action="store_true",
+                    help="list the sections with numeric tables no registered block covers")
+    args = ap.parse_args(argv)
+    if args.uncovered:
+        for doc in sorted(DOCS.glob("*.md")):
+            seen: dict[str, int] = {}
+            for heading, _ in unmarked_numeric_tables(doc):
+                seen[heading] = seen.get(heading, 0) + 1
+            rel = str(doc.relative_to(ROOT))
+            for heading, rows in seen.items():
+                what = ("not rendered (debt)" if (rel, heading) in UNCOVERED else
+                        "reference" if (rel, heading) in REFERENCE else "UNLISTED")
+                print(f"{rel}: {heading} ({rows} rows): {what}")
+        for rel, name in sorted(unregistered()):
+            print(f"{rel}: section bench:{name}: written by its benchmark, no committed "
+                  "readings (debt)")
+        return 0
+    failed = 0
+    for table in registry():
+        diff = table.diff()
+        if not diff:
+            continue
+        if args.write and table.exact:
+            write(table)
+            print(f"rewrote {table.key} from {table.sources}")
+        else:
+            failed += 1
+            print(diff)
+    return 1 if failed else 0
+
+
+def write(table: DocTable) -> None:
+    text = table.doc.read_text()
+    if table.kind == "reproduce":  # every other table renders as it is: they matched
+        from benchmarks.reproduce import RESULTS, Outputs, render_report
+        from benchmarks.reproduce_tables import TABLES
+
+        table.doc.write_text(render_report(text, TABLES, Outputs(RESULTS)))
+        return
+    start, end = markers(table.kind, table.name)
+    head, rest = text.split(start, 1)
+    table.doc.write_text(head + start + table.rendered() + end + rest.split(end, 1)[1])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
