@@ -28,6 +28,12 @@ from peerd.store.statedir import StateDir
 log = logging.getLogger(__name__)
 
 
+def _ip_addrs(addrs: Sequence[str]) -> tuple[str, ...]:
+    """The addresses the transport dials as they are: a record may name a DNS address (the
+    format allows it, ours never do), which only bootstrap entries resolve for now."""
+    return tuple(a for a in addrs if a.startswith(("/ip4/", "/ip6/")))
+
+
 class Addresses:
     def __init__(self, book: AddressBook, peers: PeerTable, state: StateDir,
                  now: Callable[[], float], is_member: Callable[[str], bool],
@@ -47,7 +53,7 @@ class Addresses:
         now = self._now()
         taken = self.book.restore(envelopes, own_seq, now, self._is_member)
         for record in self.book.records():
-            self._peers.on_exchanged(record.node_id, record.addrs, now)
+            self._peers.on_exchanged(record.node_id, _ip_addrs(record.addrs), now)
         self._saved = self.book.revision
         return taken
 
@@ -56,7 +62,7 @@ class Addresses:
         now = self._now()
         for item in learned:
             r = item.record
-            if self._peers.on_exchanged(r.node_id, r.addrs, now):
+            if self._peers.on_exchanged(r.node_id, _ip_addrs(r.addrs), now):
                 log.info("learned %s at %s", short_id(r.node_id), ", ".join(r.addrs))
                 self._wake()
 
