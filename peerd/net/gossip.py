@@ -1,8 +1,8 @@
 """The async driver of one gossip session (:mod:`peerd.protocol.session`) over any framed
 byte stream.
 
-The order of the exchange (Hello, Manifest, Digest, Want, then the entries, initiator first
-at every turn, strictly one side writing at a time) and what the peer may send when are
+The order of the exchange (Hello, Manifest, Addrs, Digest, Want, then the entries, initiator
+first at every turn, strictly one side writing at a time) and what the peer may send when are
 :class:`peerd.protocol.session.Session`'s; see its docstring. This module does what the
 session asks, one step at a time, and brings in what needs the node or the event loop:
 
