@@ -83,6 +83,7 @@ state_dir = {_toml_str(state_dir)}
 # mdns = true
 # mdns_interfaces = []         # e.g. ["eth0"]; empty = all
 # static_peers = []            # ["/ip4/10.0.0.2/tcp/{DEFAULT_LISTEN_PORT}/p2p/12D3KooW..."]
+# bootstrap = []               # members to join through; IPs or /dns4/NAME/tcp/PORT/p2p/ID
 # metrics_listen = "127.0.0.1:9464"   # Prometheus endpoint; off unless set
 # peer_bytes_per_s = 5000000    # per peer and direction; unset = 2 × what an honest peer needs
 # max_concurrent_receives = 1   # entries received at once (each spooled to a temp file)

@@ -45,12 +45,12 @@ def _backoff(p: PeerRow) -> str:
 
 def render_peers(console: Console, peers: tuple[PeerRow, ...], now: float) -> None:
     table = Table(title=f"peers ({len(peers)})")
-    for col in ("id", "connected", "last seen", "bytes in", "bytes out", "backoff",
+    for col in ("id", "source", "connected", "last seen", "bytes in", "bytes out", "backoff",
                 "addresses"):
         table.add_column(col, justify="right" if col.startswith("bytes") else "left",
                          overflow="fold")
     for p in peers:
-        table.add_row(p.id, "yes" if p.connected else "no", _ago(now, p.last_seen),
+        table.add_row(p.id, p.source, "yes" if p.connected else "no", _ago(now, p.last_seen),
                       str(p.bytes_in), str(p.bytes_out), _backoff(p), "\n".join(p.addrs))
     console.print(table)
 

@@ -46,6 +46,7 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
     from peerd.protocol.ledger import OriginLedger
     from peerd.protocol.manifest import Manifest
     from peerd.protocol.messages import (
+        Addrs,
         Digest,
         DigestItem,
         Entry,
@@ -55,6 +56,7 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
         Want,
         decode_frame,
     )
+    from peerd.protocol.peerrecord import sign_record, verify_record
 
     fleet = bytes(range(16))
     key = private_key_from_seed(hashlib.sha256(b"fuzz-origin").digest())
@@ -74,6 +76,10 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
             for i in range(1, len(data), chunk):
                 for frame in dec.feed(data[i : i + chunk]):
                     msg = decode_frame(frame)
+                    if isinstance(msg, Addrs):  # each record on its own, as a book takes them
+                        for record in msg.records:
+                            with contextlib.suppress(ProtocolError):
+                                verify_record(record, fleet, NOW)
                     if isinstance(msg, Entry):
                         with contextlib.suppress(ProtocolError):  # then as a knowledge node
                             admit_entry(msg, fleet_id=fleet, manifest=manifest,
@@ -115,6 +121,8 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
         Want(((me, 1),)).to_wire(),
         Error("malformed", "x").to_wire(),
         ManifestMessage(manifest.sign(admin)).to_wire(),
+        Addrs((sign_record(key, fleet, seq=1, addrs=("/ip4/10.0.0.2/tcp/4011",),
+                           expires=NOW + 60).envelope,)).to_wire(),
     ]
     return pipeline, [b"\x00" + s for s in seeds]  # chunk byte 0: one byte at a time
 

@@ -152,3 +152,25 @@ MAX_GROUP_LEN = 64
 #: written into the operator's log and status output; and Unicode look-alikes ("site-Ⅰ"
 #: vs "site-I") that two nodes would count as different groups.
 GROUP_CHARS = "[A-Za-z0-9._:-]"
+
+# --- address records (peerd.protocol.peerrecord) -----------------------------------------
+#: Most addresses in one member's address record. Threat: a record is dialled address by
+#: address; a member listing hundreds would make every holder try hundreds (the mDNS record's
+#: bound is 8, peerd.net.discovery). A host has one or two dialable addresses per site.
+MAX_RECORD_ADDRS = 4
+#: Longest multiaddr in a record (``/dns4/<name>/tcp/<port>``: a 100-character DNS name fits).
+#: Threat: with MAX_RECORD_ADDRS, bounds a record's body and what the address book keeps.
+MAX_RECORD_MULTIADDR_LEN = 128
+#: Largest signed body of an address record: the largest well-formed one is ~650 bytes.
+#: Threat: bytes hashed for a signature check before anything in them is trusted.
+MAX_RECORD_BODY_LEN = 768
+#: Furthest in the future a record may expire. Threat: a record signed to expire in years
+#: would keep a dead or mistaken address in every address book of the fleet for years,
+#: relayed from book to book; a member re-signs its record long before this.
+MAX_RECORD_TTL_S = 24 * 3600.0
+#: Most address records in one Addrs message. Threat: the signature checks (one Ed25519
+#: verification each, ~60 µs) and book updates one message makes us do. The largest such
+#: message (64 envelopes of a MAX_RECORD_BODY_LEN body) stays under MAX_CONTROL_FRAME_LEN
+#: (tests/protocol/test_peerrecord.py builds it); a fleet with more members spreads its
+#: records over several sessions.
+MAX_ADDR_RECORDS = 64

@@ -1,4 +1,4 @@
-"""The six wire messages and the one function that turns a frame into one of them.
+"""The seven wire messages and the one function that turns a frame into one of them.
 
 Every frame body is a msgpack map ``{"type": str, "v": int, ...}``. An Entry frame is the
 one exception to "exactly one msgpack object": its map is followed by the raw tensor
@@ -25,6 +25,7 @@ from peerd.protocol.kinds import TYPED_KINDS, WEIGHTS
 from peerd.protocol.limits import (
     DIGEST_LEN,
     FLEET_ID_LEN,
+    MAX_ADDR_RECORDS,
     MAX_CAPABILITIES,
     MAX_CAPABILITY_LEN,
     MAX_CONTROL_FRAME_LEN,
@@ -177,6 +178,30 @@ class ManifestMessage(_Message):
 
 
 @dataclass(frozen=True, slots=True)
+class Addrs(_Message):
+    """Signed address records of members (peerd.protocol.peerrecord), not yet verified.
+
+    Sent only between peers that both announce :data:`ADDRS_CAPABILITY` in their Hello, so
+    a peer of a release without it sees the session it always saw."""
+
+    TYPE: ClassVar[str] = "addrs"
+    _KEYS: ClassVar[frozenset[str]] = frozenset({"records"})
+    records: tuple[SignedEnvelope, ...]
+
+    def fields(self) -> dict[str, Any]:
+        return {"records": [e.to_wire() for e in self.records]}
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> Addrs:
+        raw = f.get("records", as_list, MAX_ADDR_RECORDS)
+        return cls(tuple(SignedEnvelope.from_wire(r) for r in raw))
+
+
+#: The Hello capability that says a peer takes part in the address exchange (an Addrs turn).
+ADDRS_CAPABILITY = "addrs/v1"
+
+
+@dataclass(frozen=True, slots=True)
 class Error(_Message):
     """Why the sender is closing or refusing (code is a Reason value or a version code)."""
 
@@ -216,8 +241,9 @@ class Entry(_Message):
         return b"".join(self.to_wire_parts())
 
 
-Message = Hello | Digest | Want | Entry | ManifestMessage | Error
-_CONTROL: dict[str, Any] = {cls.TYPE: cls for cls in (Hello, Digest, Want, ManifestMessage, Error)}
+Message = Hello | Digest | Want | Entry | ManifestMessage | Addrs | Error
+_CONTROL: dict[str, Any] = {cls.TYPE: cls for cls in (Hello, Digest, Want, ManifestMessage, Addrs,
+                                                      Error)}
 #: Control messages allowed past MAX_CONTROL_FRAME_LEN: a fleet's member list may be longer.
 _FRAME_LIMIT: dict[str, int] = {ManifestMessage.TYPE: MAX_MANIFEST_FRAME_LEN}
 

@@ -19,9 +19,13 @@ needs the node and reports it. The turn order, which the wire format of v1 fixes
    decides (:class:`CheckPeer`) under the manifest it now holds. A newcomer admitted in a
    manifest the other side has not seen is thus judged under the manifest that admits it,
    whichever side it is on.
-4. ``Digest`` both ways, initiator first: what each side holds.
-5. ``Want`` both ways, initiator first: built by the node from the peer's Digest.
-6. Entries: the initiator announces (a ``Digest`` of what follows, only entries the peer
+4. ``Addrs`` both ways, initiator first, only when both Hellos announce
+   :data:`~peerd.protocol.messages.ADDRS_CAPABILITY`: the signed address records each side
+   holds of members (the node builds ours and judges theirs, record by record). A peer
+   that does not announce it gets the session of v1 unchanged.
+5. ``Digest`` both ways, initiator first: what each side holds.
+6. ``Want`` both ways, initiator first: built by the node from the peer's Digest.
+7. Entries: the initiator announces (a ``Digest`` of what follows, only entries the peer
    wanted) and sends them; then the responder does the same. An announcement naming an
    entry we did not ask for (or one twice) ends the session; once an entry is verified it
    must be the one announced at its place (:meth:`Session.check_entry`).
@@ -59,6 +63,7 @@ class Phase(enum.Enum):
 
     HELLO = "hello"
     MANIFEST = "manifest"
+    ADDRS = "addrs"
     DIGEST = "digest"
     WANT = "want"
     ANNOUNCE = "announce"  # a Digest of the entries that follow
@@ -69,6 +74,7 @@ class Phase(enum.Enum):
 EXPECTED: dict[Phase, type[msg.Message]] = {
     Phase.HELLO: msg.Hello,
     Phase.MANIFEST: msg.ManifestMessage,
+    Phase.ADDRS: msg.Addrs,
     Phase.DIGEST: msg.Digest,
     Phase.WANT: msg.Want,
     Phase.ANNOUNCE: msg.Digest,
@@ -81,7 +87,8 @@ class Send:
     """Our turn: pass a message of ``EXPECTED[phase]`` to :meth:`Session.send`.
 
     ``message`` is set when the session already holds it (our Hello and manifest); otherwise
-    the node builds it (Digest: what it holds; Want: from :attr:`Session.their_digest`;
+    the node builds it (Addrs: the records it holds of members; Digest: what it holds;
+    Want: from :attr:`Session.their_digest`;
     announcement and entries: what :attr:`Session.their_want` asked for that it still holds).
     """
 
@@ -204,6 +211,8 @@ class Session:
         self._steps.popleft()
         if self._send_manifest is not None:
             self._steps.append(Send(Phase.MANIFEST, self._send_manifest))
+        if self.exchanges_addrs:
+            self._steps.extend(self._turn(Phase.ADDRS))
         self._steps.extend(self._turn(Phase.DIGEST))
         self._steps.extend(self._turn(Phase.WANT))
         first, second = Send(Phase.ANNOUNCE), self._receive(Phase.ANNOUNCE)
@@ -240,6 +249,12 @@ class Session:
     @property
     def their_hello(self) -> msg.Hello:
         return _known(self._their_hello, "their Hello")
+
+    @property
+    def exchanges_addrs(self) -> bool:
+        """Both Hellos announce the address exchange (known once the Hellos went by)."""
+        cap = msg.ADDRS_CAPABILITY
+        return cap in self.hello.capabilities and cap in self.their_hello.capabilities
 
     @property
     def their_digest(self) -> msg.Digest:

@@ -33,6 +33,7 @@ from peerd.daemon import config_limits as lim
 from peerd.daemon.config_checks import (
     Check,
     check_bool,
+    check_bootstrap,
     check_choice,
     check_float,
     check_hex,
@@ -121,6 +122,10 @@ class NetworkConfig:
     mdns_interfaces: tuple[str, ...] = ()
     #: Multiaddrs dialled at start-up and retried: the fallback where multicast is blocked.
     static_peers: tuple[str, ...] = ()
+    #: Multiaddrs (IP or DNS names, ending in /p2p/<id>) of members dialled at start and
+    #: whenever no peer is in reach; the rest of the fleet is learned from them (signed
+    #: address records handed on in sessions, kept in the state directory's address book).
+    bootstrap: tuple[str, ...] = ()
     #: ``HOST:PORT`` of the Prometheus endpoint; None = no endpoint.
     metrics_listen: str | None = None
     #: Bytes/s each peer may send us (and we it), sustained; bursts up to one full session.
@@ -228,6 +233,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "listen_host": check_ip, "listen_port": check_int(0, 65535), "mdns": check_bool,
         "mdns_interfaces": check_str_list(lim.MAX_MDNS_INTERFACES),
         "static_peers": check_str_list(lim.MAX_STATIC_PEERS, check_multiaddr),
+        "bootstrap": check_str_list(lim.MAX_BOOTSTRAP_PEERS, check_bootstrap),
         "metrics_listen": check_optional(check_host_port),
         "peer_bytes_per_s": check_optional(check_int(1)),
         "max_concurrent_receives": check_int(1, lim.MAX_CONCURRENT_RECEIVES),

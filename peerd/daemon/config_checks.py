@@ -19,6 +19,9 @@ from peerd.core.alpha import AlphaError, AlphaPolicy
 from peerd.core.blendrules import parse_rule
 from peerd.core.modes import ModeName
 from peerd.protocol.entry import group_problem
+from peerd.protocol.errors import ProtocolError
+from peerd.protocol.identity import as_node_id
+from peerd.protocol.peerrecord import check_multiaddr as check_dialable
 
 #: AF_UNIX socket paths are limited to 108 bytes (sun_path) on Linux, NUL included.
 MAX_SOCKET_PATH_LEN = 107
@@ -131,6 +134,21 @@ def check_multiaddr(v: Any) -> str:
     if not isinstance(v, str) or not v.startswith("/") or "/p2p/" not in v:
         raise BadValueError("must be a multiaddr like /ip4/10.0.0.2/tcp/4011/p2p/12D3KooW..., "
                              f"got {shown(v)}")
+    return v
+
+
+def check_bootstrap(v: Any) -> str:
+    """``[network] bootstrap``: ``/ip4|ip6|dns4|dns6|dns/HOST/tcp/PORT/p2p/ID`` (the id is
+    what the Noise handshake must prove; the name is resolved when it is dialled)."""
+    example = "/ip4/10.0.0.2/tcp/4011/p2p/12D3KooW... or /dns4/host.example/tcp/4011/p2p/..."
+    if not isinstance(v, str):
+        raise BadValueError(f"must be a multiaddr like {example}, got {shown(v)}")
+    head, _, peer_id = v.rpartition("/p2p/")
+    try:
+        check_dialable(head, "address")
+        as_node_id(peer_id, "peer id")
+    except ProtocolError as exc:
+        raise BadValueError(f"{exc.message}: must be like {example}, got {shown(v)}") from None
     return v
 
 

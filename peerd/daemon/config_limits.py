@@ -13,6 +13,9 @@ from peerd.protocol.limits import MAX_DIGEST_ITEMS, MAX_MEMBERS
 MAX_CONFIG_FILE_LEN = 1 << 20
 #: Bound on static peers: each is dialled and retried, so the list is a cost, not free data.
 MAX_STATIC_PEERS = 256
+#: Bound on bootstrap entries: each is resolved (DNS) and dialled while no peer is in reach;
+#: a handful per site is what joining needs.
+MAX_BOOTSTRAP_PEERS = 64
 #: Bound on mDNS interface names: a host has a handful; a long list is a mistake.
 MAX_MDNS_INTERFACES = 64
 #: Bound on CSV feature column names (wide tables exist; a million names is a mistake).

@@ -8,7 +8,8 @@ Task layout under one trio nursery:
   data is read, after READY=1 (:mod:`peerd.daemon.launch`), as mDNS does;
 * the **gossip loop**: every few seconds (jittered) a session with each known peer that has
   none running; inbound sessions are served by the transport's stream handler;
-* **discovery** (mDNS) and static peers feed the peer table; they are hints only — the
+* **discovery** (mDNS), static and bootstrap peers and the sessions' address exchange
+  (:mod:`peerd.daemon.addresses`) feed the peer table; they are hints only — the
   Noise handshake proves a peer's id and the manifest its membership;
 * the **control server** answers ``peerd status``/``peerd peers``/``peerd audit``.
 
@@ -40,6 +41,7 @@ from peerd.control.tracking import tracked_round
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
 from peerd.daemon import sdnotify
+from peerd.daemon.addresses import Addresses
 from peerd.daemon.config import Config, mode_of
 from peerd.daemon.external import ExternalSide
 from peerd.daemon.host import Metrics
@@ -64,6 +66,7 @@ from peerd.learn.tasks import Task, load_task
 from peerd.net.discovery import Discovery, DiscoveryError, PeerHint, open_discovery
 from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
 from peerd.net.transport import Stream, Transport, TransportError, open_transport
+from peerd.node.addrbook import AddressBook
 from peerd.node.inflight import InFlight
 from peerd.node.peers import Peer, PeerTable
 from peerd.node.state import NodeState
@@ -146,6 +149,10 @@ class Daemon:
         #: ledger and counters as the one built above, under the mode's schema.
         self.mode: Mode = build_mode(mode_of(cfg), self)
         self.node = self.mode.node
+        #: Members' signed address records, exchanged in sessions and kept on disk.
+        self.addresses = Addresses(AddressBook(self.key, cfg.fleet.fleet_id), self.peers,
+                                   self.state, self.now, lambda n: self._member_refusal(n)
+                                   is None, lambda: self._wake_gossip.set())
         self._restore()
 
     # ------------------------------------------------------------------ state
@@ -171,6 +178,10 @@ class Daemon:
         # Versions of ours known: a peer's copy of one is only fetched back when newer.
         self.node.own_max_version_seen = max(self.node.own_max_version_seen, version)
         self._written = {f"{i.meta.origin}@{i.meta.version}" for i in self.node.cache}
+        known = self.addresses.restore()
+        if known:
+            log.info("address book: %s restored", plural(known, "member's address",
+                                                         "members' addresses"))
         log.info("node %s: round %d, version %d, own entry %s, %s restored (%d refused)",
                  self.node.id, counters.round, version, "restored" if restored.own else "none",
                  plural(restored.cached, "cached entry", "cached entries"), restored.refused)
@@ -251,11 +262,14 @@ class Daemon:
                 self._discovery.recheck()
             if self.transport is not None:  # a member it revoked keeps no connection
                 self.transport.close_unadmitted()
+            self.addresses.prune()  # nor its address record
 
         return SessionContext(admin_key=self.cfg.fleet.admin_public_key, now=self.now,
                               on_manifest=adopted,
                               receive_slots=self._receive_slots,
-                              spool_dir=self.state.blobs, inflight=self._inflight)
+                              spool_dir=self.state.blobs, inflight=self._inflight,
+                              address_book=self.addresses.book,
+                              on_addrs=self.addresses.learned)
 
     async def _session(self, stream: Stream, peer_id: str, initiator: bool) -> None:
         # A known peer is reserved (not dialled meanwhile); one that dialled us unannounced
@@ -289,6 +303,7 @@ class Daemon:
                 self.state.audit("refused", peer=peer_id, reason=reason, count=n)
                 self.participation.refused(peer_id, reason, n)
             await self._save_ledger()  # what was accepted or flagged must survive a restart
+            await self.addresses.save_if_changed()
             await self._trim_connections()
         finally:
             if known is not None and owns:
@@ -375,10 +390,17 @@ class Daemon:
                 await self._session(stream, peer.id, initiator=True)
         except (TransportError, OSError) as exc:
             self.peers.failed(peer, str(exc), self.now())  # unreachable: backed off
-            log.debug("gossip with %s failed: %s", short_id(peer.id), exc)
+            # A bootstrap peer is what the operator counts on to join: say it (backed off,
+            # so at most a dozen lines an hour).
+            log.log(logging.WARNING if peer.source == "bootstrap" else logging.DEBUG,
+                    "gossip with %s failed: %s", short_id(peer.id), exc)
 
     async def _gossip_loop(self, transport: Transport, nursery: trio.Nursery) -> None:
         while True:
+            # Our address record follows the host's addresses (held while they stay).
+            t = self.transport  # read live: concrete addresses that follow the host's
+            self.addresses.sign_own(self.listen_addrs if t is None else t.listen_addrs,
+                                    self.cfg.network.listen_host)
             # Reserved until _dial_and_release ends. At most `fanout` of our sessions run
             # at once, not merely start per sweep: every discovery and publish wakes this
             # loop, and 32 daemons sharing 2 cores once had 31 slow sessions each at once.
@@ -486,6 +508,8 @@ class Daemon:
             inner.start_soon(self._gossip_loop, transport, inner)
             if self.cfg.network.mdns:  # probing takes a second or two: READY does not wait
                 inner.start_soon(self._discover, transport.port)
+            if self.cfg.network.bootstrap:
+                inner.start_soon(self.addresses.bootstrap, self.cfg.network.bootstrap)
             # READY=1: the control socket answers, the host listens, the manifest is loaded
             # (docs/operations.md). The data loads after it, while mDNS probes and peers
             # connect; a failure there still stops the node as a start-up failure.

@@ -1,14 +1,16 @@
 """The async driver of one gossip session (:mod:`peerd.protocol.session`) over any framed
 byte stream.
 
-The order of the exchange (Hello, Manifest, Digest, Want, then the entries, initiator first
-at every turn, strictly one side writing at a time) and what the peer may send when are
+The order of the exchange (Hello, Manifest, Addrs, Digest, Want, then the entries, initiator
+first at every turn, strictly one side writing at a time) and what the peer may send when are
 :class:`peerd.protocol.session.Session`'s; see its docstring. This module does what the
 session asks, one step at a time, and brings in what needs the node or the event loop:
 
 - reading and writing frames (``FrameIO``: the transport adds the length prefix and the
   deadlines), the frame limit of each read coming from the session;
-- the node's decisions: our Digest, our Want (a metadata-only cache merge), the manifest
+- the node's decisions: the address records we hand on and those we take
+  (``peerd.node.addrbook``, members only, each verified against its subject's key),
+  our Digest, our Want (a metadata-only cache merge), the manifest
   (verified against the fleet's admin key and adopted), the peer's membership (decided
   before anything of the fleet goes out, our manifest included), what we send (what the
   peer asked for that we still hold);
@@ -47,6 +49,7 @@ from peerd.net.framing import (
     RateFloor,
     ReceiveTooSlowError,
 )
+from peerd.node.addrbook import AddressBook, Learned
 from peerd.node.inflight import InFlight
 from peerd.node.state import Held, NodeState, digest_item
 from peerd.protocol import messages as msg
@@ -59,7 +62,8 @@ from peerd.store.spool import MappedFrame, SpoolWriter, send_parts
 
 log = logging.getLogger(__name__)
 
-#: Capabilities we announce; none are required yet, the field lets future versions negotiate.
+#: Capabilities we announce; none are required, the field lets versions negotiate. The
+#: address exchange's (msg.ADDRS_CAPABILITY) is added when the node keeps an address book.
 CAPABILITIES = ("entries/v1",)
 #: How long a peer may take to send the newer manifest its Hello claimed (then:
 #: ``manifest_withheld``). Bounds a peer that claims a huge ``manifest_seq`` to hold one of
@@ -154,6 +158,23 @@ class SessionContext:
     #: left out of our Want, so a new version offered by several peers at once crosses the
     #: link once (peerd.node.inflight). None = every session asks for all it wants.
     inflight: InFlight | None = None
+    #: The members' address records we hand on and take in (the session's Addrs turn, with
+    #: peers that announce it too). None = no address exchange (the v1 session).
+    address_book: AddressBook | None = None
+    #: Called with the records a session took into the book (the daemon feeds its peer
+    #: table and saves the book).
+    on_addrs: Callable[[list[Learned]], None] = lambda learned: None
+
+
+def _is_member(node: NodeState, now: float) -> Callable[[str], bool]:
+    def member(node_id: str) -> bool:
+        try:
+            node.manifest.check_member(node_id, now)
+        except ProtocolError:
+            return False
+        return True
+
+    return member
 
 
 async def run_session(
@@ -163,10 +184,11 @@ async def run_session(
     result = SessionResult(peer_id)
     # Our Hello names the seq of the manifest we can hand on (0 if we hold no signed one).
     envelope = node.manifest_envelope
+    caps = CAPABILITIES if ctx.address_book is None else (*CAPABILITIES, msg.ADDRS_CAPABILITY)
     session = Session(
         initiator=initiator,
         hello=msg.Hello(node.fleet_id, node.id, node.manifest.seq if envelope is not None else 0,
-                        CAPABILITIES),
+                        caps),
         peer_id=peer_id,
         manifest=msg.ManifestMessage(envelope) if envelope is not None else None,
         entry_frame_limit=node.entry_frame_limit(),
@@ -233,6 +255,13 @@ async def _exchange(
             received = session.receive(frame)
             if isinstance(received, msg.ManifestMessage):
                 _adopt_manifest(node, ctx, received, result)
+        elif step.phase is Phase.ADDRS:
+            received = session.receive(await io.recv(step.max_len))
+            if isinstance(received, msg.Addrs) and ctx.address_book is not None:
+                # At most MAX_ADDR_RECORDS signature checks (~60 µs each): on the loop thread.
+                now = ctx.now()
+                ctx.on_addrs(ctx.address_book.receive(received.records, now,
+                                                      _is_member(node, now)))
         else:
             session.receive(await io.recv(step.max_len))
 
@@ -244,6 +273,11 @@ def _build(
     """The message the node owes for ``phase``, computed when it is sent."""
     if phase is Phase.DIGEST:
         return node.digest()
+    if phase is Phase.ADDRS:  # only announced with a book: the session asks only then
+        assert ctx.address_book is not None
+        now = ctx.now()
+        return msg.Addrs(ctx.address_book.outgoing(now, _is_member(node, now),
+                                                   exclude=session.peer_id))
     if phase is Phase.WANT:
         # A metadata-only cache merge: only entries that would survive τ_max and C are asked
         # for, freshest first. The session keeps it: the peer's announcement is checked

@@ -1,15 +1,16 @@
 """The peer table: which peers a node knows, where they listen, and whom to dial next.
 
-Discovery hints of members, static peers from the config and members that dialled us feed
-it; the gossip loop asks it which peers are due for a session (:meth:`PeerTable.due` reserves
-them, so a peer never has two sessions of ours at once) and reports each session's outcome
-back. A peer whose dial fails or whose session is refused is retried only after an
-exponential backoff with jitter (:func:`backoff_s`), reset by its next good session. Entries
-unseen for :data:`PEER_FORGET_S` are forgotten, except static ones (discovery re-adds live
-peers); an mDNS goodbye forgets an mDNS peer at once; the table never holds more than
-:data:`MAX_PEERS`. Everything here is a hint: the Noise handshake proves a peer's id and the
-manifest its membership; the caller decides who may enter (members only, see
-``peerd.daemon.daemon``).
+Discovery hints of members, static and bootstrap peers from the config, addresses exchanged
+in sessions (``peerd.node.addrbook``) and members that dialled us feed it; the gossip loop
+asks it which peers are due for a session (:meth:`PeerTable.due` reserves them, so a peer
+never has two sessions of ours at once) and reports each session's outcome back. A peer
+whose dial fails or whose session is refused is retried only after an exponential backoff
+with jitter (:func:`backoff_s`), reset by its next good session. Entries unseen for
+:data:`PEER_FORGET_S` are forgotten, except static and bootstrap ones (discovery and the
+exchange re-add live peers); an mDNS goodbye forgets an mDNS peer at once; the table never
+holds more than :data:`MAX_PEERS`. Everything here is a hint: the Noise handshake proves a
+peer's id and the manifest its membership; the caller decides who may enter (members only,
+see ``peerd.daemon.daemon``).
 
 Pure: the time and the jitter's random source are passed in, nothing here does I/O, logs or
 knows about trio, so every rule is tested without sockets. It must not import the transport,
@@ -55,8 +56,12 @@ BACKOFF_MEMBER_MAX_S = 5.0
 #: (memberlist/Serf use 3; gossipsub bounds its mesh degree the same way).
 DEFAULT_FANOUT = 3
 
-#: How we learned of a peer: an mDNS record, ``[network] static_peers``, or it dialled us.
-PeerSource = Literal["mdns", "static", "inbound"]
+#: How we learned of a peer: an mDNS record, ``[network] static_peers``, ``[network]
+#: bootstrap``, a member's signed address record handed on in a session (``exchanged``), or
+#: it dialled us.
+PeerSource = Literal["mdns", "static", "bootstrap", "exchanged", "inbound"]
+#: Sources the table never forgets nor evicts: the operator named them.
+_CONFIGURED: frozenset[str] = frozenset({"static", "bootstrap"})
 
 
 def backoff_s(failures: int, rng: random.Random, cap: float = BACKOFF_MAX_S) -> float:
@@ -123,10 +128,18 @@ class PeerTable:
         if len(self._peers) < MAX_PEERS:
             return True
         candidates = [p for p in self._peers.values()
-                      if p.source != "static" and not p.in_session]
+                      if p.source not in _CONFIGURED and not p.in_session]
         if not candidates:
             return False
         del self._peers[min(candidates, key=lambda p: p.last_seen).id]
+        return True
+
+    def _enter(self, peer_id: str, addrs: Sequence[str], now: float,
+               source: PeerSource) -> bool:
+        """A peer not in the table yet, if there is room; True when it was entered."""
+        if not self._make_room():
+            return False
+        self._peers[peer_id] = Peer(peer_id, tuple(addrs), now, source)
         return True
 
     def on_hint(self, peer_id: str, addrs: Sequence[str], now: float) -> bool:
@@ -135,14 +148,11 @@ class PeerTable:
             return False
         peer = self._peers.get(peer_id)
         if peer is None:
-            if not self._make_room():
-                return False
-            self._peers[peer_id] = Peer(peer_id, tuple(addrs), now, "mdns")
-            return True
+            return self._enter(peer_id, addrs, now, "mdns")
         if tuple(addrs) != peer.addrs:
             peer.retry_at = None  # it moved (restarted?): the new address is worth a try now
         peer.addrs, peer.last_seen = tuple(addrs), now
-        if peer.source == "inbound":  # it dialled us first; now we know where it lives
+        if peer.source in ("inbound", "exchanged"):  # the LAN's own word is the better one
             peer.source = "mdns"
         return False
 
@@ -164,6 +174,51 @@ class PeerTable:
                 continue
             if peer_id in self._peers or self._make_room():
                 self._peers[peer_id] = Peer(peer_id, (head,), now, "static")
+
+    def add_bootstrap(self, peer_id: str, addrs: Sequence[str], now: float) -> None:
+        """A ``[network] bootstrap`` entry, its DNS name resolved to ``addrs``: kept like a
+        static peer; a static entry of the same peer stays static. New addresses (a DNS name
+        that now resolves elsewhere) are dialled at the next sweep."""
+        if peer_id == self.self_id or not addrs:
+            return
+        peer = self._peers.get(peer_id)
+        if peer is None:
+            self._enter(peer_id, addrs, now, "bootstrap")
+            return
+        if peer.source == "static":
+            return
+        if tuple(addrs) != peer.addrs:
+            peer.retry_at = None
+        peer.addrs, peer.source = tuple(addrs), "bootstrap"
+
+    def on_exchanged(self, peer_id: str, addrs: Sequence[str], now: float) -> bool:
+        """A member's signed address record, handed on by a peer: a peer we did not know is
+        entered (``exchanged``) and dialled; one that only dialled us gets its addresses.
+        A peer known from mDNS or the config keeps what it was (the LAN's or the operator's
+        address is the better one). True when the peer is new or newly dialable."""
+        if peer_id == self.self_id or not addrs:
+            return False
+        peer = self._peers.get(peer_id)
+        if peer is None:
+            return self._enter(peer_id, addrs, now, "exchanged")
+        if peer.source not in ("exchanged", "inbound"):
+            return False
+        fresh = peer.source == "inbound" or tuple(addrs) != peer.addrs
+        if tuple(addrs) != peer.addrs:
+            peer.retry_at = None
+        peer.addrs, peer.source, peer.last_seen = tuple(addrs), "exchanged", now
+        return fresh
+
+    def reached(self, now: float, within: float) -> bool:
+        """Whether a session with any peer completed in the last ``within`` seconds."""
+        return any(p.last_session_at is not None and now - p.last_session_at <= within
+                   for p in self._peers.values())
+
+    def retry_bootstrap(self) -> None:
+        """Nobody in reach: the bootstrap peers are dialled at the next sweep, backoff or not."""
+        for peer in self._peers.values():
+            if peer.source == "bootstrap":
+                peer.retry_at = None
 
     def add_inbound(self, peer_id: str, now: float) -> Peer | None:
         """A peer that dialled us and proved its membership in a session (never before: a
@@ -194,7 +249,7 @@ class PeerTable:
         """
         candidates = []
         for peer in list(self._peers.values()):
-            if now - peer.last_seen > PEER_FORGET_S and peer.source != "static":
+            if now - peer.last_seen > PEER_FORGET_S and peer.source not in _CONFIGURED:
                 del self._peers[peer.id]
             elif not peer.in_session and peer.addrs and (
                     peer.retry_at is None or now >= peer.retry_at):

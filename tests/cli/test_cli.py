@@ -100,6 +100,8 @@ def test_peers_json_and_table(tmp_path: Path) -> None:
     assert "12D3KooWpeer" in table.stdout
     assert "/ip4/10.0.0.2/tcp/4011" in table.stdout
     assert "2 failed, retry in 37 s" in table.stdout  # the backoff
+    assert "source" in table.stdout
+    assert "mdns" in table.stdout
 
 
 @pytest.mark.parametrize("command", ["status", "peers"])

@@ -164,6 +164,11 @@ def missing_dataset(n: Node, _: ExitStack) -> None:
     write_overrides(n.config, task={"name": "csv", "csv_glob": str(n.root / "none/*.csv")})
 
 
+def malformed_bootstrap(n: Node, _: ExitStack) -> None:
+    write_overrides(n.config, network={
+        "bootstrap": [f"/dns4/host.example/tcp/4011/p2p/{n.node_id}x"]})
+
+
 def missing_config(n: Node, _: ExitStack) -> None:
     n.config.unlink()
 
@@ -187,6 +192,7 @@ CASES: dict[str, tuple[Breaker, str]] = {
     "missing manifest": (missing_manifest, "No such file"),
     "garbage manifest": (garbage_manifest, "no valid fleet manifest in"),
     "missing dataset": (missing_dataset, "no CSV files match"),
+    "malformed bootstrap": (malformed_bootstrap, "[network] bootstrap: list item"),
     "missing config": (missing_config, "cannot read config"),
     "garbage config": (garbage_config, "is not valid TOML"),
 }

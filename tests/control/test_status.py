@@ -134,7 +134,8 @@ def test_unknown_keys_are_ignored() -> None:
     (lambda d: d["cache"][0].update(verified=1),
      "cache[0].verified: expected a boolean, got a number"),
     (lambda d: d["peers"][0].update(source="carrier-pigeon"),
-     "peers[0].source: expected 'mdns' or 'static' or 'inbound', got a string"),
+     "peers[0].source: expected 'mdns' or 'static' or 'bootstrap' or 'exchanged' or "
+     "'inbound', got a string"),
     (lambda d: d["config"].update(staleness=None),
      "config.staleness: expected 'time' or 'rounds', got null"),
     (lambda d: d["peers"][0].update(addrs=["/ip4/10.0.0.2", 4011]),

@@ -22,6 +22,8 @@ from peerd.daemon.config import (
 from tests.daemon.helpers import ADMIN_HEX, FLEET_HEX
 
 REPO = Path(__file__).resolve().parents[2]
+#: A canonical peer id (of the libp2p spec's test key): bootstrap entries are checked to name one.
+PEER = "12D3KooWBtg3aaRMjxwedh83aGiUkwSxDwUZkzuJcfaqUmo7R3pq"
 FLEET = f'[fleet]\nadmin_public_key = "{ADMIN_HEX}"\nfleet_id = "{FLEET_HEX}"\n'
 
 
@@ -98,6 +100,13 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
     assert cfg.node.state_dir == tmp_path.resolve() / "st"
 
 
+def test_bootstrap_takes_ip_and_dns_multiaddrs_with_a_peer_id() -> None:
+    entries = [f"/ip4/10.0.0.2/tcp/4011/p2p/{PEER}", f"/dns4/host.example/tcp/4011/p2p/{PEER}",
+               f"/ip6/2001:db8::2/tcp/4011/p2p/{PEER}"]
+    cfg = loads_config(doc(network={"bootstrap": entries}))
+    assert cfg.network.bootstrap == tuple(entries)
+
+
 @pytest.mark.parametrize(("sections", "message"), [
     ({"learning": {"capacity": -1}}, "[learning] capacity: must be an integer in [0, 511], got"),
     ({"learning": {"capacity": 2.5}}, "[learning] capacity: must be an integer in [0, 511]"),
@@ -117,6 +126,13 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
     ({"network": {"listen_port": 70000}}, "[network] listen_port: must be an integer in"),
     ({"network": {"listen_host": "lan"}}, "[network] listen_host: must be an IP address"),
     ({"network": {"static_peers": ["10.0.0.2:4011"]}}, "[network] static_peers: list item"),
+    ({"network": {"bootstrap": ["/ip4/10.0.0.2/tcp/4011"]}}, "[network] bootstrap: list item"),
+    ({"network": {"bootstrap": [f"/ip4/0.0.0.0/tcp/4011/p2p/{PEER}"]}},
+     "[network] bootstrap: list item: address is no ip4 unicast address"),
+    ({"network": {"bootstrap": [f"/dns4/a_b/tcp/4011/p2p/{PEER}"]}}, "has a bad DNS name"),
+    ({"network": {"bootstrap": [f"/ip4/10.0.0.2/tcp/99999/p2p/{PEER}"]}}, "has a bad port"),
+    ({"network": {"bootstrap": ["/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc"]}},
+     "[network] bootstrap: list item: node id"),
     ({"network": {"metrics_listen": "9464"}}, "[network] metrics_listen: must be IP:PORT"),
     ({"network": {"peer_bytes_per_s": 0}}, "[network] peer_bytes_per_s: must be an integer >= 1"),
     ({"network": {"fanout": 0}}, "[network] fanout: must be an integer in [1, 64], got 0"),
