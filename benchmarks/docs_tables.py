@@ -287,6 +287,7 @@ REFERENCE: frozenset[tuple[str, str]] = frozenset({
     ("docs/protocol.md", "Entry body (msgpack map inside `body`)"),
     ("docs/protocol.md", "Admission (`admit_entry`)"),
     ("docs/protocol.md", "Typed entries: knowledge and keys (FedCache without a server)"),
+    ("docs/protocol.md", "Address records"),
     ("docs/reliability.md", "What runs"), ("docs/robustness.md", "What ran"),
     ("docs/transport.md", "py-libp2p 0.8.1 defects, and how `transport.py` handles them"),
 })
