@@ -1,0 +1,150 @@
+"""Compact entry encodings in `peerd sim` (issue 27, item 5): accuracy at equal rounds and the
+entry bytes the exchanges move per round, against float32.
+
+Each run is one ``peerd sim`` command (cached-dfl only: the encoding is its exchange's); its
+summary, its exchange counters (``metrics.json``'s ``info.exchange``: payload bytes per
+round, entries moved), the command, commit, machine and date are kept as one JSON file per
+run under docs/results/encoding/DATASET/. ``--render`` rewrites docs/benchmarks.md's
+``encoding`` section from those files alone (tests/docs/test_encoding_doc.py re-renders it
+and diffs).
+
+    nice python -m benchmarks.bench_encoding --dataset digits        # 5 encodings x 3 seeds
+    nice python -m benchmarks.bench_encoding --dataset mnist --encodings float32,float16,int8:256
+    python -m benchmarks.bench_encoding --render
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks._report import commit, machine, write_section
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results" / "encoding"
+SEEDS = (0, 1, 2)
+ENCODINGS = ("float32", "float16", "bfloat16", "int8", "int8:256")
+#: Per dataset, the run's options besides --seed and --entry-encoding: small enough for a
+#: shared 2-core machine (digits: ~30 s a run; MNIST/FashionMNIST with the MLP: minutes).
+ARGS: dict[str, tuple[str, ...]] = {
+    "digits": ("--dataset", "digits", "--rounds", "30"),
+    "mnist": ("--dataset", "mnist", "--model", "mlp", "--rounds", "20", "--eval-every", "5",
+              "--eval-samples", "2000"),
+    "fashion-mnist": ("--dataset", "fashion-mnist", "--model", "mlp", "--rounds", "20",
+                      "--eval-every", "5", "--eval-samples", "2000"),
+}
+DATASETS = tuple(ARGS)
+SECTION = "encoding"
+
+
+def command(dataset: str, encoding: str, seed: int) -> list[str]:
+    args = ["peerd", "sim", *ARGS[dataset], "--algorithms", "cached-dfl"]
+    if encoding != "float32":
+        args += ["--entry-encoding", encoding]
+    if seed:
+        args += ["--seed", str(seed)]
+    return args
+
+
+def result_path(dataset: str, encoding: str, seed: int, root: Path = RESULTS) -> Path:
+    return root / dataset / f"{encoding.replace(':', '-')}-s{seed}.json"
+
+
+def run_one(dataset: str, encoding: str, seed: int) -> dict[str, Any]:
+    cmd = command(dataset, encoding, seed)
+    exe = Path(sys.executable).with_name("peerd")
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        subprocess.run([str(exe), *cmd[1:], "--no-plots", "--json", "--out", out], check=True,
+                       stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        summary = json.loads((Path(out) / "summary.json").read_text())
+        info = json.loads((Path(out) / "metrics.json").read_text())["info"]
+    return {"command": shlex.join(cmd), "commit": commit(), "machine": machine(),
+            "date": f"{datetime.now(UTC):%Y-%m-%d}", "wall_seconds": round(wall, 1),
+            "summary": summary, "exchange": info["exchange"], "parameters": info["parameters"]}
+
+
+def _cell(values: list[float], digits: int = 1) -> str:
+    mean = statistics.fmean(values)
+    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 \
+        else f"{mean:.{digits}f}"
+
+
+def _load(dataset: str, encoding: str, root: Path) -> list[dict[str, Any]]:
+    paths = [result_path(dataset, encoding, s, root) for s in SEEDS]
+    return [json.loads(p.read_text()) for p in paths if p.exists()]
+
+
+def table(root: Path = RESULTS) -> str:
+    """The section: one row per (dataset, encoding) with all seeds' outputs committed."""
+    rows = ["| dataset | encoding | seeds | final accuracy % | Δ vs float32 (points) | "
+            "entry payload B | MB per round | × fewer bytes |",
+            "|---|---|---|---|---|---|---|---|"]
+    sources: list[str] = []
+    for dataset in DATASETS:
+        base = _load(dataset, "float32", root)
+        if len(base) != len(SEEDS):
+            continue
+        acc0 = [100 * r["summary"]["results"]["cached-dfl"]["final_accuracy_mean"] for r in base]
+        mb0 = [r["summary"]["results"]["cached-dfl"]["bytes_per_round"] / 1e6 for r in base]
+        for encoding in ENCODINGS:
+            runs = _load(dataset, encoding, root)
+            if len(runs) != len(SEEDS):
+                continue
+            res = [r["summary"]["results"]["cached-dfl"] for r in runs]
+            acc = [100 * r["final_accuracy_mean"] for r in res]
+            mb = [r["bytes_per_round"] / 1e6 for r in res]
+            delta = [a - b for a, b in zip(acc, acc0, strict=True)]  # paired by seed
+            sizes = sorted({s for r in runs for s in r["exchange"]["payload_bytes"]})
+            ratio = statistics.fmean(mb0) / statistics.fmean(mb)
+            rows.append(f"| {dataset} | {encoding} | {len(runs)} | {_cell(acc)} | "
+                        f"{'—' if encoding == 'float32' else _cell(delta, 2)} | "
+                        f"{'/'.join(f'{s:,}' for s in sizes)} | {_cell(mb, 2)} | "
+                        f"{ratio:.2f} |")
+            sources += [r["command"] for r in runs]
+    first = next((json.loads(p.read_text()) for p in sorted(root.rglob("*.json"))), None)
+    where = "" if first is None else (f"Machine: {first['machine']}; commit {first['commit']}."
+                                      "\n")
+    note = ("Cached-DFL in `peerd sim` (100 agents, the default grid), each row three seeds "
+            "(0, 1, 2; mean ± sample std). Δ is each seed's accuracy minus float32's for the "
+            "same seed. MB per round: entry payload bytes the exchanges moved into caches, "
+            "all agents, averaged over the rounds (the signed head, a few hundred bytes an "
+            "entry, is not counted). Outputs: docs/results/encoding/; commands in each file "
+            f"({len(sources)} runs). Rendered by `python -m benchmarks.bench_encoding "
+            "--render`.\n")
+    return "\n".join(rows) + "\n\n" + note + where
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", choices=DATASETS)
+    ap.add_argument("--encodings", default=",".join(ENCODINGS))
+    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    ap.add_argument("--render", action="store_true", help="only rewrite the docs section")
+    args = ap.parse_args()
+    if args.dataset is not None:
+        for encoding in args.encodings.split(","):
+            for seed in map(int, args.seeds.split(",")):
+                doc = run_one(args.dataset, encoding, seed)
+                path = result_path(args.dataset, encoding, seed)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+                res = doc["summary"]["results"]["cached-dfl"]
+                print(f"{args.dataset} {encoding} s{seed}: acc {res['final_accuracy_mean']:.4f}"
+                      f" bytes/round {res['bytes_per_round']:.0f} ({doc['wall_seconds']} s)",
+                      flush=True)
+    write_section(SECTION, table())
+
+
+if __name__ == "__main__":
+    main()
