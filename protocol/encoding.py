@@ -154,7 +154,8 @@ def _int8(x: npt.NDArray[np.float32], block: int) -> bytes | None:
         return None
     safe = np.where(scales > 0, scales, np.float32(1))
     q = np.clip(np.rint(rows / safe[:, None]), -_Q_MAX, _Q_MAX).astype(np.int8)
-    return scales.astype(_F32).tobytes() + q.reshape(-1)[:n].tobytes()
+    out: bytes = scales.astype(_F32).tobytes() + q.reshape(-1)[:n].tobytes()
+    return out
 
 
 def encode_array(array: npt.NDArray[Any], encoding: Encoding) -> bytes | None:
