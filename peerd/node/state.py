@@ -37,6 +37,7 @@ from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
 from peerd.core.reasons import BENIGN, Reason
 from peerd.core.staleness import Clock, StalenessMode, is_fresh
 from peerd.core.validate import ValidationLimits, validate_entry
+from peerd.node.decoded import DecodedParams
 from peerd.node.entryfile import EntryFile
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import admit_entry, entry_frame_limit, sha256_hex
@@ -129,12 +130,16 @@ def held_entry(
     body: EntryBody, message: msg.Entry, arrays: Mapping[str, npt.NDArray[Any]],
     frame: EntryFile | None,
 ) -> Entry:
-    """The core's view of a decoded entry: torch views of its payload, paged when mapped."""
-    params: Mapping[str, torch.Tensor] = from_wire_arrays(body.tensors, arrays)
-    if frame is not None:
-        base = len(frame.body) - len(message.payload)
-        ranges = {i.name: (base + i.offset, base + i.offset + i.nbytes) for i in body.tensors}
-        params = frame.paged(params, ranges)
+    """The core's view of a decoded entry: torch views of its payload, paged when mapped
+    (encoded tensors then decoded when read, see :class:`DecodedParams`)."""
+    if frame is None:
+        return Entry(meta_of(body), from_wire_arrays(body.tensors, arrays))
+    base = len(frame.body) - len(message.payload)
+    raw = [i for i in body.tensors if i.codec is None]
+    ranges = {i.name: (base + i.offset, base + i.offset + i.nbytes) for i in raw}
+    params = frame.paged(from_wire_arrays(raw, arrays), ranges)
+    if len(raw) < len(body.tensors):
+        params = DecodedParams(body.tensors, frame, base, params)
     return Entry(meta_of(body), params)
 
 

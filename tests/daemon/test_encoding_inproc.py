@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from peerd.node.decoded import DecodedParams
 from peerd.protocol.encoding import Encoding
 from peerd.protocol.entry import EntryBody
 from tests.daemon.inprocfleet import Fleet, fleet_configs
@@ -38,6 +39,9 @@ def test_an_int8_node_and_a_float32_node_learn_from_each_other(tmp_path: Path) -
     for entry in (held_by_a, held_by_b):
         for spec in b.node.schema.float_specs:
             assert entry.params[spec.name].dtype == torch.float32
+    # Mapped from its state file and decoded when read: no float32 copy held between rounds.
+    assert isinstance(held_by_b.params, DecodedParams)
+    assert not isinstance(held_by_a.params, DecodedParams)  # raw: the file's own views
     # What b holds of a is a's own entry, decoded: equal to a's own entry's tensors.
     for name, t in a.node.own.entry.params.items():
         assert torch.equal(held_by_b.params[name], t)
@@ -46,3 +50,22 @@ def test_an_int8_node_and_a_float32_node_learn_from_each_other(tmp_path: Path) -
     # Its model is not its rounded entry: it kept training in float32.
     assert not a.mode.model_is_published  # type: ignore[attr-defined]
     assert b.mode.model_is_published  # type: ignore[attr-defined]
+
+
+def test_a_restarted_node_restores_encoded_entries_from_its_state_files(tmp_path: Path) -> None:
+    cfgs = fleet_configs(tmp_path, 2, learning={"local_steps": 3})
+    half = dataclasses.replace(cfgs[0], fleet=dataclasses.replace(
+        cfgs[0].fleet, entry_encoding=Encoding.parse("float16")))
+    fleet = Fleet([half, cfgs[1]])
+    fleet.cycle()
+    [before] = fleet[1].node.blend_inputs()
+    want = {name: before.params[name].clone() for name in before.params}
+    b = fleet.restart(1)
+    [after] = b.node.blend_inputs()
+    assert after.meta == before.meta
+    assert isinstance(after.params, DecodedParams)
+    for name, t in want.items():
+        assert torch.equal(after.params[name], t)
+    a = fleet.restart(0)  # its own entry, restored: the model is the entry's decoding
+    assert a.node.own is not None
+    assert a.node.own.entry.meta.digest == fleet[1].node.blend_inputs()[0].meta.digest
