@@ -21,8 +21,10 @@ from peerd.protocol.encoding import RAW, Encoding, decode_array, encode_array, e
 from peerd.protocol.entry import EntryBody, sign_entry
 from peerd.protocol.envelope import ENTRY_DOMAIN, SignedEnvelope
 from peerd.protocol.errors import ProtocolError
+from peerd.protocol.frames import FrameDecoder
+from peerd.protocol.ledger import OriginLedger
 from peerd.protocol.limits import MAX_INT8_BLOCK, MAX_INT8_SCALE, MIN_INT8_BLOCK
-from peerd.protocol.messages import Entry
+from peerd.protocol.messages import Entry, decode_frame
 from peerd.protocol.tensors import (
     TensorIndexItem,
     decode_tensors,
@@ -30,7 +32,15 @@ from peerd.protocol.tensors import (
     index_from_wire,
     schema_payload_len,
 )
-from tests.protocol.helpers import ALICE, FLEET, NOW, SCHEMA, SCHEMA_ID, admit_kwargs
+from tests.protocol.helpers import (
+    ALICE,
+    FLEET,
+    NOW,
+    SCHEMA,
+    SCHEMA_ID,
+    admit_kwargs,
+    surviving_bit_flips,
+)
 
 ENCODINGS = ["float16", "bfloat16", "int8", "int8:16", "int8:256"]
 
@@ -294,3 +304,20 @@ def test_the_setting_round_trips_its_spelling() -> None:
         assert str(Encoding.parse(text)) == text
     assert Encoding.parse("float32") == RAW
     assert RAW.lossless
+
+
+def _pipeline(stream: bytes) -> None:
+    dec = FrameDecoder(entry_frame_limit(SCHEMA))
+    frames = dec.feed(stream)
+    dec.close()
+    for frame in frames:
+        message = decode_frame(frame)
+        if isinstance(message, Entry):
+            admit_entry(message, **{**admit_kwargs(), "ledger": OriginLedger()})
+
+
+@pytest.mark.parametrize("name", ["int8:16", "float16"])
+def test_every_single_bit_flip_of_an_encoded_frame_is_rejected(name: str) -> None:
+    frame = bytes(signed(model(), Encoding.parse(name)).to_wire())
+    _pipeline(frame)
+    assert surviving_bit_flips(frame, _pipeline) == []
