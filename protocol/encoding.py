@@ -215,14 +215,14 @@ def _decode_int8(block: int, numel: int, data: memoryview, name: str) -> npt.NDA
                                                  f"{MAX_INT8_SCALE:.3g}]")
     if q.size and int(q.min()) < -_Q_MAX:
         raise ProtocolError(Reason.BAD_ENCODING, f"{name}: int8 value -128 (symmetric: ±127)")
-    values = q.astype(np.float32)
+    out = q.astype(np.float32)  # the one float32 array: scaled in place, block by block
     if k == 0:
-        return values
+        return out
     size = numel if block == 0 else block
     full = numel // size
-    out = np.empty(numel, dtype=np.float32)
     head = full * size
-    out[:head] = (values[:head].reshape(full, size) * scales[:full, None]).reshape(-1)
+    blocks = out[:head].reshape(full, size)  # a view: out is contiguous
+    blocks *= scales[:full, None]
     if head < numel:
-        out[head:] = values[head:] * scales[-1]
+        out[head:] *= scales[-1]
     return out
