@@ -74,10 +74,10 @@ def run_one(dataset: str, encoding: str, seed: int) -> dict[str, Any]:
             "summary": summary, "exchange": info["exchange"], "parameters": info["parameters"]}
 
 
-def _cell(values: list[float], digits: int = 1) -> str:
-    mean = statistics.fmean(values)
-    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 \
-        else f"{mean:.{digits}f}"
+def _cell(values: list[float], digits: int = 1, sign: str = "") -> str:
+    # + 0.0 turns a mean that rounds to -0 into 0 (a "-0.00" would claim a loss).
+    mean = round(statistics.fmean(values), digits) + 0.0
+    return f"{mean:{sign}.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def _load(dataset: str, encoding: str, root: Path) -> list[dict[str, Any]]:
@@ -119,7 +119,7 @@ def table(root: Path = RESULTS) -> str:
                 met = ratio >= want and statistics.fmean(delta) >= -GOAL_POINTS
                 goal = f"{'met' if met else 'missed'} (≥ {want:g}×, ≥ −{GOAL_POINTS:g})"
             rows.append(f"| {dataset} | {encoding} | {_cell(acc)} | "
-                        f"{'—' if encoding == 'float32' else _cell(delta, 2)} | "
+                        f"{'—' if encoding == 'float32' else _cell(delta, 2, '+')} | "
                         f"{' / '.join(f'{s:,}' for s in sizes)} | {_cell(mb, 2)} | "
                         f"{ratio:.2f} | {goal} |")
             runs_all += runs
@@ -138,7 +138,8 @@ def table(root: Path = RESULTS) -> str:
             "hundred bytes an entry) is not counted. Which entries move depends on metadata "
             "only, so every encoding moves the same entries and the ratio is the payload's. "
             "Goal (issue 27): ≥ 2× fewer bytes at float16, ≥ 3.5× at int8, ≤ 0.5 points "
-            "lost.\n\n")
+            "lost. Accuracy is the mean over agents on the test set (digits: all of it), as in "
+            "docs/reproduction.md; these are MLPs at 20–30 rounds, not the paper's CNN.\n\n")
     foot = (f"\nOutputs: docs/results/encoding/DATASET/ENCODING-sSEED.json ({len(runs_all)} runs, "
             "each with its command, commit, machine and date, the summary and the per-round "
             "byte counts). Rendered from them by `python -m benchmarks.bench_encoding "
