@@ -65,6 +65,7 @@ admin_public_key = {_toml_str(admin_public_key)}
 fleet_id = {_toml_str(fleet_id)}
 # The signed member list; newer ones (higher seq) are pulled from peers and kept in state.
 {manifest_line}
+# entry_encoding = "float32"   # float16 | bfloat16 | int8 | int8:256: fewer bytes per entry
 
 [node]
 # Identity key, cache entries, counters, audit log. Created 0700.

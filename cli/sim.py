@@ -140,6 +140,10 @@ def sim(
     shard_agents: Annotated[int, Opt(help="Agents per training shard, the unit of work on "
                                           "every engine (the numbers depend on it, not on the "
                                           "engine) \\[agents].")] = 100,
+    entry_encoding: Annotated[str, Opt(help="How cached-dfl's entries cross the links: "
+                                            "float32, float16, bfloat16, int8 (a scale per "
+                                            "tensor) or int8:B (a scale per B values) (the "
+                                            "daemon's \\[fleet] entry_encoding).")] = "float32",
     # Renamed to the config's names (issue 25): read for one release, with a notice.
     round_seconds: Annotated[int | None, Opt("--round-seconds", hidden=True)] = None,
     fedcache_models: Annotated[str | None, Opt("--fedcache-models", hidden=True)] = None,
@@ -179,6 +183,10 @@ def sim(
         if local_policy != "plain":
             Console(stderr=True).print("[red]error:[/red] --local-policy applies to weight "
                                        "runs; fedcache trains by distillation")
+            raise typer.Exit(2)
+        if entry_encoding != "float32":
+            Console(stderr=True).print("[red]error:[/red] --entry-encoding applies to weight "
+                                       "runs; fedcache's knowledge entries are float16")
             raise typer.Exit(2)
         if attack.strip() != "none" or attackers != 0:
             Console(stderr=True).print("[red]error:[/red] --attack applies to weight runs; "
@@ -224,6 +232,7 @@ def sim(
         mixed_schema=mixed_schema,
         batched=not per_agent_loop,
         shard_agents=shard_agents,
+        entry_encoding=entry_encoding,
     )
     err = Console(stderr=True)
     try:
@@ -272,6 +281,8 @@ def sim(
             age = res["cache_avg_age"]
             line += f"  (cache: {res['cache_avg_models']:.2f} models"
             line += f", age {age:.2f})" if age is not None else ")"
+        if res["bytes_per_round"] is not None:
+            line += f"  {res['bytes_per_round'] / 1e6:.2f} MB of entries per round"
         console.print(line)
 
 

@@ -32,6 +32,7 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
     import numpy as np
 
     from peerd.protocol.admission import admit_entry, entry_frame_limit
+    from peerd.protocol.encoding import Encoding
     from peerd.protocol.entry import sign_entry
     from peerd.protocol.errors import ProtocolError
     from peerd.protocol.frames import FrameDecoder
@@ -93,15 +94,12 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
         except ProtocolError:
             pass
 
-    signed = sign_entry(
-        key,
-        fleet,
-        version=1,
-        created_at=NOW,
-        schema_id="00" * 32,
-        num_examples=3,
-        tensors={"w": np.arange(8, dtype=np.float32), "n": np.array([3], dtype=np.int64)},
-    )
+    def weights(encoding: str) -> bytes:
+        return sign_entry(key, fleet, version=1, created_at=NOW, schema_id="00" * 32,
+                          num_examples=3, encoding=Encoding.parse(encoding),
+                          tensors={"w": np.arange(8, dtype=np.float32),
+                                   "n": np.array([3], dtype=np.int64)}).to_message().to_wire()
+
     me = node_id_of(key)
     keys = sign_keys(key, fleet, schema=kschema, version=1, created_at=NOW,
                      keys=np.eye(3, 4, dtype=np.float32), labels=np.array([0, 1, 2]))
@@ -112,7 +110,9 @@ def build() -> tuple[Callable[[bytes], None], list[bytes]]:
                      ids=np.array([1, 40]), vectors=np.ones((2, 4), dtype=np.float32))
     seeds = [
         view.to_message().to_wire(),
-        signed.to_message().to_wire(),
+        weights("float32"),
+        weights("int8"),  # compact encodings: the codec fields and int8 scales
+        weights("float16"),
         keys.to_message().to_wire(),
         know.to_message().to_wire(),
         Digest((DigestItem(me, 2, NOW, b"\x00" * 32, kind="knowledge"),)).to_wire(),

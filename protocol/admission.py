@@ -11,9 +11,9 @@ Order (each step only runs if the previous passed):
  6. ledger: newer than held, no equivocation, bounded by time    NOT_NEWER, EQUIVOCATION,
                                                                   VERSION_TOO_HIGH
  7. payload length == signed length == local schema's bytes       PAYLOAD_MISMATCH / TOO_LARGE
-    and index matches the local schema                            SHAPE/DTYPE_MISMATCH
+    (in the codecs the index names) and index matches the schema  SHAPE/DTYPE_MISMATCH
  8. SHA-256 of the payload == signed digest                       PAYLOAD_MISMATCH
- 9. zero-copy tensor views                                        MALFORMED
+ 9. zero-copy tensor views; encoded tensors decoded to float32   MALFORMED, BAD_ENCODING
 Membership is checked before the signature so strangers cost a dictionary lookup, and
 the ledger before hashing so a replayed 44 MB entry costs no hash. In a worker thread the
 ledger is a :class:`LedgerView` snapshot: nothing is recorded or flagged there (an
@@ -42,7 +42,13 @@ from peerd.protocol.ledger import LedgerView, OriginLedger
 from peerd.protocol.limits import DEFAULT_MAX_CLOCK_SKEW_S, MAX_ENTRY_HEAD_LEN
 from peerd.protocol.manifest import Manifest
 from peerd.protocol.messages import Entry
-from peerd.protocol.tensors import Schema, check_against_schema, decode_tensors, schema_payload_len
+from peerd.protocol.tensors import (
+    Schema,
+    check_against_schema,
+    decode_tensors,
+    expected_payload_len,
+    schema_payload_len,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +117,12 @@ def admit_entry(
         raise ProtocolError(Reason.SCHEMA_MISMATCH,
                             f"a {body.kind} entry, this node blends weights")
     ledger.check(body.origin, body.version, body.digest, body.created_at)
-    expected_len = schema_payload_len(schema)
+    # An encoded entry is smaller than its raw form, never larger: the raw length bounds all.
+    expected_len = expected_payload_len(schema, body.tensors)
     if body.payload_len != expected_len:
         raise ProtocolError(
-            Reason.TOO_LARGE if body.payload_len > expected_len else Reason.PAYLOAD_MISMATCH,
+            Reason.TOO_LARGE if body.payload_len > schema_payload_len(schema)
+            else Reason.PAYLOAD_MISMATCH,
             f"signed payload length {body.payload_len}, local schema needs {expected_len}",
         )
     check_against_schema(body.tensors, schema)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from peerd.protocol.encoding import RAW, Encoding
 from peerd.protocol.envelope import ENTRY_DOMAIN, SignedEnvelope
 from peerd.protocol.frames import frame_parts
 from peerd.protocol.identity import as_node_id, node_id_of
@@ -218,11 +219,14 @@ def sign_entry(
     kind: str = WEIGHTS,
     keys_digest: str | None = None,
     group: str | None = None,
+    encoding: Encoding = RAW,
 ) -> SignedEntry:
     """Hash the tensors in wire layout and sign the body; the tensors are not copied.
     ``kind``/``keys_digest``: a typed entry (peerd.protocol.knowledge builds those);
-    ``group``: the origin's cache group, signed with the rest (None: no ``group`` key)."""
-    index, parts = tensor_views(tensors, bfloat16)
+    ``group``: the origin's cache group, signed with the rest (None: no ``group`` key);
+    ``encoding``: float32 tensors in that codec (peerd.protocol.encoding; encoded copies),
+    the digest and signature over the encoded bytes."""
+    index, parts = tensor_views(tensors, bfloat16, encoding)
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part)

@@ -174,3 +174,15 @@ MAX_RECORD_TTL_S = 24 * 3600.0
 #: (tests/protocol/test_peerrecord.py builds it); a fleet with more members spreads its
 #: records over several sessions.
 MAX_ADDR_RECORDS = 64
+
+# --- compact encodings of weight tensors (peerd.protocol.encoding) -----------------------
+#: Fewest values per int8 scale (``int8:B``). Threat: the scales a peer makes us read and
+#: check per value; at 16 they are at most a quarter of the int8 bytes (B = 0: one scale per
+#: tensor). Below it per-block int8 saves little over float16 anyway.
+MIN_INT8_BLOCK = 16
+#: Most values per int8 scale: beyond it a per-block scale is a per-tensor one in all but
+#: name (B = 0 says that plainly), and one outlier would flatten a million values.
+MAX_INT8_BLOCK = 1 << 20
+#: Largest int8 scale: 127 · scale stays a finite float32 (3.4e38 / 127 ≈ 2.68e36), so no
+#: finite-looking bytes decode to Inf; the norm bound then judges the values themselves.
+MAX_INT8_SCALE = 2.6e36

@@ -9,6 +9,10 @@ and one digest. Never pickle, never ``torch.load``: decoding is ``numpy.frombuff
 bfloat16 has no numpy dtype: it travels as ``uint16`` arrays tagged ``"bfloat16"``. Numpy
 only, no torch: the torch side (``peerd.node.state``, ``peerd.store.spool``) reinterprets
 the same 2-byte words as ``torch.bfloat16`` without a copy.
+
+A float32 tensor may instead travel encoded (:mod:`peerd.protocol.encoding`): its index item
+then has two more fields, ``[name, "float32", shape, offset, codec, block]``, and its bytes
+are the codec's; the dtype stays the schema's, decoding gives float32 (a copy).
 """
 
 from __future__ import annotations
@@ -22,6 +26,14 @@ import numpy as np
 import numpy.typing as npt
 
 from peerd.core.reasons import Reason
+from peerd.protocol.encoding import (
+    RAW,
+    Encoding,
+    check_index_item,
+    decode_array,
+    encode_array,
+    encoded_nbytes,
+)
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.limits import MAX_INT, MAX_NDIM, MAX_TENSOR_NAME_LEN, MAX_TENSORS
 from peerd.protocol.wire import as_int, as_list, as_str, malformed
@@ -77,13 +89,20 @@ class TensorIndexItem:
     dtype: str
     shape: tuple[int, ...]
     offset: int
+    #: The codec its bytes are in (None: raw ``dtype`` bytes) and int8's values per scale.
+    codec: str | None = None
+    block: int = 0
 
     @property
     def nbytes(self) -> int:
+        if self.codec is not None:
+            return encoded_nbytes(self.codec, self.block, math.prod(self.shape))
         return math.prod(self.shape) * DTYPES[self.dtype].itemsize
 
     def to_wire(self) -> list[Any]:
-        return [self.name, self.dtype, list(self.shape), self.offset]
+        raw = [self.name, self.dtype, list(self.shape), self.offset]
+        # A raw item keeps its four fields: a float32 entry's bytes are those of before.
+        return raw if self.codec is None else [*raw, self.codec, self.block]
 
 
 def dtype_name(array: npt.NDArray[Any], bfloat16: bool = False) -> str:
@@ -100,13 +119,15 @@ def dtype_name(array: npt.NDArray[Any], bfloat16: bool = False) -> str:
 
 
 def tensor_views(
-    tensors: Mapping[str, npt.NDArray[Any]], bfloat16: frozenset[str] = frozenset()
+    tensors: Mapping[str, npt.NDArray[Any]], bfloat16: frozenset[str] = frozenset(),
+    encoding: Encoding = RAW,
 ) -> tuple[tuple[TensorIndexItem, ...], tuple[memoryview, ...]]:
     """The index and each tensor's payload bytes, in wire order, copying nothing when it can.
 
     C-contiguous little-endian arrays are viewed in place (the usual case: an origin signs
     and sends its parameters without copying them); others are converted, one copy each.
     The views alias the caller's arrays: they must not change until the frame is written.
+    ``encoding``: float32 tensors in that codec where it can hold them (new bytes each).
     """
     if len(tensors) > MAX_TENSORS:
         raise ValueError(f"more than {MAX_TENSORS} tensors")
@@ -115,20 +136,28 @@ def tensor_views(
     offset = 0
     for name in sorted(tensors):
         arr = tensors[name]
-        item = TensorIndexItem(name, dtype_name(arr, name in bfloat16), tuple(arr.shape), offset)
-        # Converts only if big-endian or not C-contiguous; otherwise returns arr itself.
-        packed = np.ascontiguousarray(arr, dtype=DTYPES[item.dtype])
-        views.append(packed.reshape(-1).data.cast("B"))
+        dtype = dtype_name(arr, name in bfloat16)
+        encoded = encode_array(arr, encoding)  # None: raw (not float32, or it cannot hold it)
+        if encoded is not None:
+            item = TensorIndexItem(name, dtype, tuple(arr.shape), offset, encoding.codec,
+                                   encoding.block)
+            views.append(memoryview(encoded))
+        else:
+            item = TensorIndexItem(name, dtype, tuple(arr.shape), offset)
+            # Converts only if big-endian or not C-contiguous; otherwise returns arr itself.
+            packed = np.ascontiguousarray(arr, dtype=DTYPES[item.dtype])
+            views.append(packed.reshape(-1).data.cast("B"))
         index.append(item)
         offset += item.nbytes
     return tuple(index), tuple(views)
 
 
 def encode_tensors(
-    tensors: Mapping[str, npt.NDArray[Any]], bfloat16: frozenset[str] = frozenset()
+    tensors: Mapping[str, npt.NDArray[Any]], bfloat16: frozenset[str] = frozenset(),
+    encoding: Encoding = RAW,
 ) -> tuple[tuple[TensorIndexItem, ...], memoryview]:
     """The index and the payload as one contiguous buffer (one copy of every tensor)."""
-    index, views = tensor_views(tensors, bfloat16)
+    index, views = tensor_views(tensors, bfloat16, encoding)
     # numpy's allocator asks for huge pages: page faults on a fresh 44 MB bytearray cost
     # more than the copy itself (measured with benchmarks/bench_protocol.py).
     buffer = np.empty(sum(len(v) for v in views), dtype=np.uint8)
@@ -144,7 +173,9 @@ def index_from_wire(obj: Any, payload_len: int) -> tuple[TensorIndexItem, ...]:
     offset = 0
     prev: str | None = None
     for i, raw in enumerate(items):
-        fields = as_list(raw, f"tensors[{i}]", 4, length=4)
+        fields = as_list(raw, f"tensors[{i}]", 6)
+        if len(fields) not in (4, 6):
+            malformed(f"tensors[{i}] has {len(fields)} fields, expected 4 or 6")
         name = as_str(fields[0], f"tensors[{i}].name", MAX_TENSOR_NAME_LEN)
         if prev is not None and not prev < name:
             malformed("tensor names must be unique and in ascending order")
@@ -157,7 +188,12 @@ def index_from_wire(obj: Any, payload_len: int) -> tuple[TensorIndexItem, ...]:
         item_offset = as_int(fields[3], f"tensors[{i}].offset")
         if item_offset != offset:
             malformed(f"tensor {name!r} at offset {item_offset}, expected {offset} (no padding)")
-        item = TensorIndexItem(name, dtype, shape, item_offset)
+        codec, block = None, 0
+        if len(fields) == 6:
+            codec = as_str(fields[4], f"tensors[{i}].codec", 16)
+            block = as_int(fields[5], f"tensors[{i}].block")
+            check_index_item(codec, block, dtype, math.prod(shape))
+        item = TensorIndexItem(name, dtype, shape, item_offset, codec, block)
         offset += item.nbytes  # exact Python ints: a huge shape cannot wrap around
         if offset > min(payload_len, MAX_INT):
             raise ProtocolError(Reason.PAYLOAD_MISMATCH, "tensor index exceeds the payload length")
@@ -170,8 +206,22 @@ def index_from_wire(obj: Any, payload_len: int) -> tuple[TensorIndexItem, ...]:
 
 
 def schema_payload_len(schema: Schema) -> int:
-    """Bytes a payload matching ``schema`` has: the bound checked before reading one."""
+    """Bytes a raw payload matching ``schema`` has: the bound checked before reading one
+    (an encoded payload is never larger, see peerd.protocol.encoding)."""
     return sum(math.prod(shape) * DTYPES[dt].itemsize for dt, shape in schema.values())
+
+
+def expected_payload_len(schema: Schema, index: tuple[TensorIndexItem, ...]) -> int:
+    """Bytes a payload for ``schema`` has with the codecs ``index`` names for its tensors:
+    the schema's shapes, not the index's, set each tensor's size."""
+    codecs = {item.name: (item.codec, item.block) for item in index}
+    total = 0
+    for name, (dt, shape) in schema.items():
+        codec, block = codecs.get(name, (None, 0))
+        numel = math.prod(shape)
+        total += (numel * DTYPES[dt].itemsize if codec is None
+                  else encoded_nbytes(codec, block, numel))
+    return total
 
 
 def check_against_schema(index: tuple[TensorIndexItem, ...], schema: Schema) -> None:
@@ -194,14 +244,18 @@ def check_against_schema(index: tuple[TensorIndexItem, ...], schema: Schema) -> 
 def decode_tensors(
     index: tuple[TensorIndexItem, ...], payload: bytes | bytearray | memoryview
 ) -> dict[str, npt.NDArray[Any]]:
-    """Zero-copy read-only views into ``payload`` (which the index must tile exactly)."""
+    """Zero-copy read-only views into ``payload`` (which the index must tile exactly);
+    encoded tensors are decoded to new read-only float32 arrays."""
     view = memoryview(payload).toreadonly()
     if sum(item.nbytes for item in index) != len(view):
         raise ProtocolError(Reason.PAYLOAD_MISMATCH, "payload length differs from the index")
     out: dict[str, npt.NDArray[Any]] = {}
     for item in index:
-        dt = DTYPES[item.dtype]
-        arr = np.frombuffer(view[item.offset : item.offset + item.nbytes], dtype=dt)
+        data = view[item.offset : item.offset + item.nbytes]
+        if item.codec is not None:  # decoded into a new float32 array, checked on the way
+            out[item.name] = decode_array(item.codec, item.block, item.shape, data, item.name)
+            continue
+        arr = np.frombuffer(data, dtype=DTYPES[item.dtype])
         if item.dtype == "bool" and arr.size and arr.view(np.uint8).max() > 1:
             # numpy/torch assume bool bytes are 0 or 1; other values are undefined behaviour.
             malformed(f"{item.name}: bool tensor holds bytes other than 0 and 1")

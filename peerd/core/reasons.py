@@ -42,6 +42,9 @@ class Reason(StrEnum):
     MALFORMED = "malformed"  # frame or message does not parse
     BAD_SIGNATURE = "bad_signature"  # Ed25519 signature does not verify
     PAYLOAD_MISMATCH = "payload_mismatch"  # payload length/hash differs from the signed body
+    #: an encoded tensor's bytes break its codec's rules (peerd.protocol.encoding: an int8
+    #: scale NaN, negative or huge, an int8 value of -128): signed, so its origin's fault
+    BAD_ENCODING = "bad_encoding"
     NOT_MEMBER = "not_member"  # origin not in the fleet manifest
     REVOKED = "revoked"  # origin revoked in the manifest
     EXPIRED = "expired"  # origin's membership past not_after

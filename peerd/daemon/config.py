@@ -31,6 +31,7 @@ from peerd.core.modes import ModeName
 from peerd.core.updatenorm import NormAction, UpdateNormPolicy
 from peerd.daemon import config_limits as lim
 from peerd.daemon.config_checks import (
+    BadValueError,
     Check,
     check_bool,
     check_bootstrap,
@@ -47,6 +48,7 @@ from peerd.daemon.config_checks import (
     check_str,
     check_str_list,
     check_table,
+    shown,
 )
 from peerd.daemon.config_checks import (
     ConfigError as ConfigError,  # raised here, caught by callers of peerd.daemon.config
@@ -65,6 +67,7 @@ from peerd.daemon.config_task import TaskConfig as TaskConfig
 from peerd.daemon.config_tracking import TrackingConfig as TrackingConfig
 from peerd.daemon.config_tracking import read_tracking
 from peerd.node.peers import DEFAULT_FANOUT, MAX_PEERS
+from peerd.protocol.encoding import RAW, Encoding
 from peerd.protocol.limits import FLEET_ID_LEN, PUBLIC_KEY_LEN
 
 DEFAULT_CONFIG_PATH = Path("/etc/peerd/peerd.toml")
@@ -155,6 +158,19 @@ class FleetConfig:
     fleet_id: bytes
     #: Initial signed manifest (``manifest.peerd``); None = learn it from peers (it spreads).
     manifest: Path | None = None
+    #: How this node's weight entries carry float32 tensors (peerd.protocol.encoding):
+    #: float32 (raw), float16, bfloat16, int8 or int8:B. Set fleet-wide by convention (the
+    #: bytes each entry costs every link); every node accepts every encoding.
+    entry_encoding: Encoding = RAW
+
+
+def check_encoding(v: Any) -> Encoding:
+    if not isinstance(v, str):
+        raise BadValueError(f"must be a string, got {shown(v)}")
+    try:
+        return Encoding.parse(v)
+    except ValueError as exc:
+        raise BadValueError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +260,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
     "fleet": (FleetConfig, {
         "admin_public_key": check_hex(PUBLIC_KEY_LEN), "fleet_id": check_hex(FLEET_ID_LEN),
         "manifest": check_optional(check_path),
+        "entry_encoding": check_encoding,
     }),
     "validation": (ValidationConfig, {
         "max_norm": check_float(0.0, strict=True), "max_examples": check_int(1),
@@ -301,6 +318,11 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
                           f"({validation.update_norm_window}), got "
                           f"{validation.update_norm_min_history}")
     check_learning(learning, task)
+    fleet: FleetConfig = parts["fleet"]
+    if not fleet.entry_encoding.lossless and learning.mode is not ModeName.WEIGHTS:
+        raise ConfigError(f"[fleet] entry_encoding: {fleet.entry_encoding} applies to weight "
+                          f"entries; [learning] mode = \"{learning.mode.value}\" publishes "
+                          "its own kinds (leave it float32)")
     learner = read_learner(data["learner"]) if "learner" in data else LearnerConfig()
     check_learner(learner, mode=learning.mode, local_policy=learning.local_policy,
                   task_given="task" in data)

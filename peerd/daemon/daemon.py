@@ -110,6 +110,7 @@ class Daemon:
             group=learning.group, capacity_per_group=learning.capacity_per_group,
             mode=StalenessMode(learning.staleness),
             manifest_envelope=None if envelope is None else envelope.envelope,
+            encoding=cfg.fleet.entry_encoding,
         )
         self.metrics = Metrics()
         self.peers = PeerTable(self.node.id, rng=random.Random())  # backoff jitter

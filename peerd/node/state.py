@@ -37,9 +37,11 @@ from peerd.core.entry import CacheItem, Entry, EntryMeta, Schema
 from peerd.core.reasons import BENIGN, Reason
 from peerd.core.staleness import Clock, StalenessMode, is_fresh
 from peerd.core.validate import ValidationLimits, validate_entry
+from peerd.node.decoded import DecodedParams
 from peerd.node.entryfile import EntryFile
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import admit_entry, entry_frame_limit, sha256_hex
+from peerd.protocol.encoding import RAW, Encoding
 from peerd.protocol.entry import EntryBody, SignedEntry, sign_entry
 from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
@@ -128,12 +130,16 @@ def held_entry(
     body: EntryBody, message: msg.Entry, arrays: Mapping[str, npt.NDArray[Any]],
     frame: EntryFile | None,
 ) -> Entry:
-    """The core's view of a decoded entry: torch views of its payload, paged when mapped."""
-    params: Mapping[str, torch.Tensor] = from_wire_arrays(body.tensors, arrays)
-    if frame is not None:
-        base = len(frame.body) - len(message.payload)
-        ranges = {i.name: (base + i.offset, base + i.offset + i.nbytes) for i in body.tensors}
-        params = frame.paged(params, ranges)
+    """The core's view of a decoded entry: torch views of its payload, paged when mapped
+    (encoded tensors then decoded when read, see :class:`DecodedParams`)."""
+    if frame is None:
+        return Entry(meta_of(body), from_wire_arrays(body.tensors, arrays))
+    base = len(frame.body) - len(message.payload)
+    raw = [i for i in body.tensors if i.codec is None]
+    ranges = {i.name: (base + i.offset, base + i.offset + i.nbytes) for i in raw}
+    params = frame.paged(from_wire_arrays(raw, arrays), ranges)
+    if len(raw) < len(body.tensors):
+        params = DecodedParams(body.tensors, frame, base, params)
     return Entry(meta_of(body), params)
 
 
@@ -184,15 +190,17 @@ def sign_params(
     created_at: float,
     num_examples: int,
     group: str | None = None,
+    encoding: Encoding = RAW,
 ) -> SignedEntry:
     """Sign ``params`` as this node's entry (thread-safe, CPU-heavy), in cache group
     ``group`` if one. The payload parts are views of ``params``: nothing is copied until the
-    caller writes or joins them."""
+    caller writes or joins them, except float32 tensors in a compact ``encoding`` (``[fleet]
+    entry_encoding``), whose encoded bytes are new."""
     arrays, bf16 = to_wire_arrays({k: v.detach() for k, v in params.items()})
     return sign_entry(
         key, fleet_id, version=version, created_at=created_at,
         schema_id=Schema.of(params).id, num_examples=num_examples, tensors=arrays,
-        bfloat16=bf16, group=group,
+        bfloat16=bf16, group=group, encoding=encoding,
     )
 
 
@@ -212,6 +220,7 @@ def sign_own(
     created_at: float,
     num_examples: int,
     group: str | None = None,
+    encoding: Encoding = RAW,
 ) -> tuple[Entry, msg.Entry]:
     """Sign ``params`` as this node's entry, in memory (the daemon signs into a file:
     ``peerd.store.persist.publish_own``).
@@ -221,7 +230,8 @@ def sign_own(
     dropped (or reused) by the caller afterwards.
     """
     signed = sign_params(key, fleet_id, params=params, version=version,
-                         created_at=created_at, num_examples=num_examples, group=group)
+                         created_at=created_at, num_examples=num_examples, group=group,
+                         encoding=encoding)
     held = held_signed(signed, signed.to_message(), None)  # the one copy: the payload
     return held.entry, held.message
 
@@ -275,6 +285,9 @@ class NodeState:
     #: Entries withdrawn since the daemon last took them (:meth:`withdraw`): a flag or a
     #: manifest acts on what is already held, not only on what comes next (issue 24).
     withdrawn: list[Withdrawn] = field(default_factory=list)
+    #: How this node encodes the float32 tensors of the entries it publishes (``[fleet]
+    #: entry_encoding``, peerd.protocol.encoding); it accepts every encoding.
+    encoding: Encoding = RAW
 
     #: The kind of entry this node blends and publishes (typed nodes override it).
     entry_kind: ClassVar[str] = "weights"

@@ -21,7 +21,7 @@ decide α, order the round or draw random numbers (plans come from the core roun
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +36,7 @@ from peerd.core.plan import BlendPlan
 from peerd.core.robust import robust_blend_rows
 from peerd.core.round import RoundAgent
 from peerd.core.staleness import Clock
+from peerd.sim.wirecodec import WireCodec
 
 ALGORITHMS = ("cached-dfl", "dfl", "fedavg", "isolated")
 
@@ -245,9 +246,19 @@ class CachedDFL(Fleet):
         tau_max: float,
         policy: AlphaPolicy,
         lazy: bool = True,
+        wire: WireCodec | None = None,
     ) -> None:
         super().__init__(init, num_examples, policy)
         self.lazy = lazy  # False: merge at every tick of every contact (the test reference)
+        #: A compact encoding's round trip (peerd.sim.wirecodec): peers blend the decoded
+        #: models, each agent its own float32 one. None: entries are float32, bit for bit.
+        self.wire = wire
+        self._own_rows: torch.Tensor | None = None
+        #: Entries an exchange moved into a cache (what a daemon's Want fetches), and their
+        #: payload bytes, per round published (index t - 1).
+        self.transfers: list[int] = []
+        self.transfer_bytes: list[int] = []
+        self._payload_len: dict[tuple[int, int], int] = {}
         self.capacity = capacity
         self.tau_max = tau_max
         self.caches: list[tuple[CacheItem, ...]] = [() for _ in range(self.n)]
@@ -268,31 +279,42 @@ class CachedDFL(Fleet):
         if not self.own:
             return  # nothing published yet: every agent holds the initial model, alone
         clock = self.clock
-        alpha = np.zeros((self.n, len(self.bank)), dtype=np.float64)
+        source, own_row = self._source()
+        alpha = np.zeros((self.n, source.shape[0]), dtype=np.float64)
         sizes: list[int] = []
         ages: list[float] = []
         for a, plan in enumerate(plans):
-            members = [self.own[a], *self.caches[a]]
-            for item, w in zip(members, plan.alpha, strict=True):
+            alpha[a, own_row(a)] += plan.alpha[0]
+            for item, w in zip(self.caches[a], plan.alpha[1:], strict=True):
                 alpha[a, self.bank.row(_key(item))] += w
             sizes.append(len(self.caches[a]))
             ages.extend(clock.staleness(item.meta) for item in self.caches[a])
-        self.matrix = blend_rows(self.bank.occupied, torch.from_numpy(alpha))
+        self.matrix = blend_rows(source, torch.from_numpy(alpha))
         self._after_blend(sizes, ages)
+
+    def _source(self) -> tuple[torch.Tensor, Callable[[int], int]]:
+        """The rows a blend reads, and where agent a's own model is among them: its entry's
+        bank row, or with a lossy encoding its float32 model after the bank's rows."""
+        if self.wire is None or self._own_rows is None:
+            return self.bank.occupied, lambda a: self.bank.row(_key(self.own[a]))
+        base = len(self.bank)
+        return torch.cat([self.bank.occupied, self._own_rows]), lambda a: base + a
 
     def blend_robust(self, plans: Sequence[BlendPlan], rule: RobustRule) -> None:
         if not self.own:
             return
         clock = self.clock
-        rows = [[self.bank.row(_key(item)) for item in (self.own[a], *self.caches[a])]
+        source, own_row = self._source()
+        rows = [[own_row(a), *(self.bank.row(_key(item)) for item in self.caches[a])]
                 for a in range(self.n)]
-        self.matrix = _robust(self.bank.occupied, self.matrix, rows, plans, rule)
+        self.matrix = _robust(source, self.matrix, rows, plans, rule)
         self._after_blend([len(c) for c in self.caches],
                           [clock.staleness(item.meta) for c in self.caches for item in c])
 
     def _after_blend(self, sizes: list[int], ages: list[float]) -> None:
         live = {_key(item) for cache in self.caches for item in cache}
         self.bank.retain(live)
+        self._payload_len = {k: v for k, v in self._payload_len.items() if k in live}
         self._stats = CacheStats(
             avg_models=float(np.mean(sizes)),
             avg_age=float(np.mean(ages)) if ages else float("nan"),
@@ -301,11 +323,25 @@ class CachedDFL(Fleet):
     def stats(self) -> CacheStats | None:
         return self._stats
 
+    def payload_sizes(self) -> list[int]:
+        """The distinct payload lengths of the entries still held (bytes)."""
+        return sorted(set(self._payload_len.values()))
+
     def publish(self, trained: torch.Tensor, t: int, contacts: Contacts) -> None:
         """Version ``t`` into the bank, exchanges at every contact, then age the caches out."""
         super().publish(trained, t, contacts)
         clock = self.clock
-        self.bank.add_many([(a, t) for a in range(self.n)], trained)
+        keys = [(a, t) for a in range(self.n)]
+        if self.wire is None:
+            self.bank.add_many(keys, trained)
+            sizes = [4 * trained.shape[1]] * self.n  # float32, the simulator's only dtype
+        else:
+            received, sizes = self.wire.roundtrip(trained)
+            self.bank.add_many(keys, received)
+            self._own_rows = trained
+        self._payload_len.update(zip(keys, sizes, strict=True))
+        self.transfers.append(0)
+        self.transfer_bytes.append(0)
         self.own = [
             CacheItem(agent_meta(a, t, self.num_examples[a]), None, float(t), payload=(a, t))
             for a in range(self.n)
@@ -338,7 +374,8 @@ class CachedDFL(Fleet):
             for item in (self.own[peer], *self.caches[peer])
         ]
         self.merges += 1
-        return merge(
+        held = {_key(item) for item in self.caches[me]}
+        new = merge(
             self.caches[me],
             received,
             clock=clock,
@@ -346,6 +383,11 @@ class CachedDFL(Fleet):
             capacity=self.capacity,
             own_origin=origin_id(me),
         ).cache
+        # What crossed the link: the entries the merge took in (a Want asks for no other).
+        moved = [_key(item) for item in new if _key(item) not in held]
+        self.transfers[-1] += len(moved)
+        self.transfer_bytes[-1] += sum(self._payload_len[k] for k in moved)
+        return new
 
 
 def make_fleet(
@@ -356,10 +398,13 @@ def make_fleet(
     policy: AlphaPolicy,
     capacity: int,
     tau_max: float,
+    wire: WireCodec | None = None,
 ) -> Fleet:
-    """The fleet of ``algorithm``, every agent starting from its row of ``init``."""
+    """The fleet of ``algorithm``, every agent starting from its row of ``init``; ``wire``:
+    cached-DFL's entries through a compact encoding (the other algorithms exchange none)."""
     if algorithm == "cached-dfl":
-        return CachedDFL(init, num_examples, capacity=capacity, tau_max=tau_max, policy=policy)
+        return CachedDFL(init, num_examples, capacity=capacity, tau_max=tau_max, policy=policy,
+                         wire=wire)
     if algorithm == "dfl":
         return DFL(init, num_examples, policy)
     if algorithm == "fedavg":

@@ -38,11 +38,13 @@ from peerd.core.round import (
 )
 from peerd.learn.data import DATASETS, Dataset, check_partition_spec, load_dataset, partition
 from peerd.learn.models import build_model, default_model_kind
+from peerd.protocol.encoding import Encoding
 from peerd.sim.algorithms import ALGORITHMS, CachedDFL, Contacts, Fleet, make_fleet
 from peerd.sim.attacks import Threat, flipped_labels, threat_of
 from peerd.sim.engine import Engine, LocalEngine, TrainMode, TrainSetup, TrainTask
 from peerd.sim.mobility import GridConfig, ManhattanMobility, contacts
 from peerd.sim.train import evaluate, model_schema
+from peerd.sim.wirecodec import WireCodec
 
 #: Fields kept here under another name than their flag's (and the daemon config's).
 _JSON_NAMES = {"round_seconds": "round_interval_s"}
@@ -93,6 +95,9 @@ class SimConfig:
     #: Agents per training shard, the unit of work on every engine (:mod:`peerd.sim.engine`):
     #: the floats depend on this cut, never on the engine or its workers.
     shard_agents: int = 100
+    #: The daemon's ``[fleet] entry_encoding`` (peerd.protocol.encoding): how cached-DFL's
+    #: entries cross the links; float32, float16, bfloat16, int8 or int8:B.
+    entry_encoding: str = "float32"
 
     def validate(self) -> None:
         unknown = [a for a in self.algorithms if a not in ALGORITHMS]
@@ -127,6 +132,13 @@ class SimConfig:
                 f"unknown dataset {self.dataset!r}; choose one of {', '.join(DATASETS)}"
             )
         check_partition_spec(self.partition)  # before any data is loaded
+        if not self.encoding().lossless and set(self.algorithms) & {"dfl", "fedavg"}:
+            raise ValueError("entry-encoding applies to cached-dfl (and isolated, which sends "
+                             "nothing): dfl and fedavg blend float32 models here")
+
+    def encoding(self) -> Encoding:
+        """The entry encoding (ValueError for an unknown one)."""
+        return Encoding.parse(self.entry_encoding)
 
     def local(self) -> LocalPolicy:
         """The local policy (ValueError for an unknown name or bad FedBSS parameters)."""
@@ -184,6 +196,7 @@ class SimResult:
                      and r.round >= self.config.stats_from]
             ages = [r.cache_avg_age for r in cache if not math.isnan(r.cache_avg_age)]
             drifts = [r.drift_mean for r in rows]
+            sent = self.info.get("exchange", {}).get("bytes") if alg == "cached-dfl" else None
             results[alg] = {
                 "final_accuracy_mean": final.accuracy_mean if final else None,
                 "final_accuracy_std": final.accuracy_std if final else None,
@@ -194,6 +207,8 @@ class SimResult:
                 "cache_avg_age": float(np.mean(ages)) if ages else None,
                 "drift_mean": float(np.mean(drifts)) if drifts else None,
                 "drift_curve": [[r.round, r.drift_mean] for r in rows],
+                # Entry payload bytes the exchanges moved into caches, per round, all agents.
+                "bytes_per_round": float(np.mean(sent)) if sent else None,
             }
         return {"config": self.config.to_json(), "results": results}
 
@@ -353,6 +368,8 @@ def run(config: SimConfig, progress: ProgressFn | None = None,
     num_examples = [len(p) for p in parts]
     policy = AlphaPolicy.parse(config.alpha)
     rule = parse_blend(config.blend)
+    encoding = config.encoding()
+    wire = None if encoding.lossless else WireCodec(schema, encoding)
     local = config.local()
     threat = config.threat()
     if threat.active and threat.attack.kind == "label-flip":
@@ -367,6 +384,7 @@ def run(config: SimConfig, progress: ProgressFn | None = None,
             policy=policy,
             capacity=config.capacity,
             tau_max=config.tau_max,
+            wire=wire,
         )
         for alg in config.algorithms
     }
@@ -436,6 +454,13 @@ def run(config: SimConfig, progress: ProgressFn | None = None,
     result.info["agent_steps_per_second"] = agent_steps / train_time if train_time else None
     cached = fleets.get("cached-dfl")
     result.info["cache_merges"] = cached.merges if isinstance(cached, CachedDFL) else 0
+    if isinstance(cached, CachedDFL):
+        result.info["exchange"] = {
+            "entry_encoding": str(encoding),
+            "float32_payload_bytes": 4 * schema.flat_size,
+            "payload_bytes": cached.payload_sizes(),
+            "transfers": cached.transfers, "bytes": cached.transfer_bytes,
+        }
     return result
 
 

@@ -66,7 +66,8 @@ def publish_own(
     before (one copy) and the error logged: publishing must not stop on a full disk.
     """
     signed = sign_params(node.key, node.fleet_id, params=params, version=version,
-                         created_at=created_at, num_examples=num_examples, group=node.group)
+                         created_at=created_at, num_examples=num_examples, group=node.group,
+                         encoding=node.encoding)
     head = msg.Entry(signed.envelope, b"").head()
     try:
         state.write_blob(OWN_BLOB, [head, *signed.parts])

@@ -45,7 +45,9 @@ def test_same_seed_same_numbers_and_output_shape(tmp_path: Path) -> None:
             "cache_avg_age",
             "drift_mean",
             "drift_curve",
+            "bytes_per_round",
         }
+        assert (res["bytes_per_round"] is None) == (alg != "cached-dfl")
         assert [r for r, _ in res["curve"]] == [1, 2, 3]
         assert 0.0 <= res["final_accuracy_mean"] <= 1.0
         assert res["final_accuracy_mean"] == res["curve"][-1][1]

@@ -286,7 +286,9 @@ class WeightsMode:
         # The entry's tensors: the last published model is kept once (on disk when
         # mapped), not a second time in memory.
         d.metrics.published_params = held.entry.params
-        self.model_is_published = True  # signed from the model's own tensors
+        # Signed from the model's own tensors; in a lossy encoding the entry is their
+        # rounding, so the model no longer equals it and cannot stand in for x̄ (trainer.py).
+        self.model_is_published = node.encoding.lossless
 
     def _audit_learner(self, out: RoundOutput) -> AuditLearner | None:
         """The round record's learner part: its metrics (already checked and bounded by
