@@ -145,6 +145,12 @@ def _learner() -> str:
     return "\n".join(rendered())
 
 
+def _encoding() -> str:
+    from benchmarks.bench_encoding import table
+
+    return table().rstrip()
+
+
 def _churn() -> str:
     from benchmarks.bench_churn import CHURN_JSON, render
 
@@ -227,6 +233,7 @@ def registry() -> list[DocTable]:
         DocTable(BENCHMARKS, "bench", "fleet", f"{rep}/fleet/fleet-n32.json", _fleet),
         DocTable(BENCHMARKS, "bench", "ray", f"{rep}/ray/ray.json", _ray),
         DocTable(BENCHMARKS, "bench", "learner", f"{rep}/learner*.json", _learner),
+        DocTable(BENCHMARKS, "bench", "encoding", "docs/results/encoding/*/*.json", _encoding),
         DocTable(learners, "bench", "flower-vs-peerd",
                  "docs/results/flower-vs-peerd/accuracy-per-round.json", _flower),
         DocTable(learners, "bench", "flower-vs-peerd-deploy",
@@ -288,6 +295,8 @@ REFERENCE: frozenset[tuple[str, str]] = frozenset({
     ("docs/protocol.md", "Admission (`admit_entry`)"),
     ("docs/protocol.md", "Typed entries: knowledge and keys (FedCache without a server)"),
     ("docs/protocol.md", "Address records"),
+    ("docs/protocol.md", "Compact encodings (`[fleet] entry_encoding`, issue 27)"),
+    ("docs/operations.md", "`[fleet]`"),
     ("docs/reliability.md", "What runs"), ("docs/robustness.md", "What ran"),
     ("docs/transport.md", "py-libp2p 0.8.1 defects, and how `transport.py` handles them"),
 })
