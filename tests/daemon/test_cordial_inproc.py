@@ -25,7 +25,7 @@ import torch
 import trio
 
 from peerd.core.modes import ModeName
-from peerd.learn import cordialround
+from peerd.learn import pairwise10
 from peerd.learn.cordialround import CordialLearner, agent_data, index_size
 from tests.daemon.inprocfleet import Fleet, fleet_configs
 
@@ -46,7 +46,9 @@ def mnist_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     MNIST: ``load_images`` decodes, converts (float64) and normalises all 70,000 images on
     each call (this file's CPU: 43 s user+sys with four reads, 32 s with one), and
     ``make_draw`` copies the images it takes, so sharing them changes no value computed."""
-    monkeypatch.setattr(cordialround, "load_images", functools.cache(cordialround.load_images))
+    # Where agent_data looks it up (cordialround imported the name).
+    monkeypatch.setattr("peerd.learn.cordialround.load_images",
+                        functools.cache(pairwise10.load_images))
 
 
 def alone(index: int, rounds: int) -> list[float]:
