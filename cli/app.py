@@ -18,6 +18,7 @@ from peerd.cli import run as run_cmd
 from peerd.cli import sim as sim_cmd
 from peerd.cli import status as status_cmd
 from peerd.cli.conventions import ConventionalGroup
+from peerd.cli.fastexit import run_and_exit
 
 app = typer.Typer(
     name="peerd",
@@ -67,4 +68,5 @@ app.add_typer(flags_cmd.app, name="flags")
 
 
 def main() -> None:
-    app()
+    """The console command (tests call ``app`` itself, in-process)."""
+    run_and_exit(app)

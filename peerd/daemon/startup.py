@@ -1,26 +1,30 @@
-"""What `peerd run` settles once, before anything runs: the node's key, the manifest it starts
-from, and the transport settings its configuration implies (the per-peer byte budget).
+"""What `peerd run` settles once, before anything runs: the manifest it starts from, and the
+transport settings its configuration implies (the per-peer byte budget).
 
-Owns the start-up checks that stop the daemon with a message saying how to fix it
-(:class:`DaemonError`) and the pure derivations from the configuration. It decides nothing
-while the node runs (that is :mod:`peerd.daemon.daemon`'s wiring and the stages it calls),
-and, like the daemon, must not parse wire bytes or touch files itself: ``peerd.protocol``
-checks manifests, ``peerd.store`` reads the key, the state and the configured manifest file.
+Owns the start-up checks that need the daemon's modules (the manifest against the state)
+and the pure derivations from the configuration; the checks that need neither torch nor
+libp2p (lock, key, sockets, ports; :class:`DaemonError`) are :mod:`peerd.daemon.preflight`'s,
+re-exported here. It decides nothing while the node runs (that is :mod:`peerd.daemon.daemon`'s
+wiring and the stages it calls), and, like the daemon, must not parse wire bytes or touch
+files itself: ``peerd.protocol`` checks manifests, ``peerd.store`` reads the state and the
+configured manifest file.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from peerd.control.metrics import parse_listen
-from peerd.control.server import ControlError, check_socket_free
 from peerd.core.entry import Schema
 from peerd.daemon.config import Config
-from peerd.net.mends import check_port_free
-from peerd.net.transport import TransportConfig, TransportError
+
+# Re-exported ("X as X"): the daemon and its stages import the start-up errors from here.
+from peerd.daemon.preflight import DaemonError as DaemonError
+from peerd.daemon.preflight import LateStartupError as LateStartupError
+from peerd.daemon.preflight import check_listen as check_listen
+from peerd.daemon.preflight import check_metrics_listen as check_metrics_listen
+from peerd.daemon.preflight import preflight as preflight
+from peerd.daemon.preflight import read_node_key as read_node_key
+from peerd.net.transport import TransportConfig
 from peerd.node.state import wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import entry_frame_limit
@@ -28,8 +32,6 @@ from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.manifest import Manifest, accept_manifest, decode_manifest_file
 from peerd.store import fleetdir, persist
-from peerd.store import lock as state_lock
-from peerd.store.keyfile import NODE_KEY_FILE, KeyFileError, read_private_key
 from peerd.store.statedir import StateDir
 
 # Logged as the daemon: start-up is a phase of `peerd run`; its records keep that name.
@@ -68,85 +70,6 @@ def transport_config(cfg: Config, schema: Schema) -> TransportConfig:
 #: The seq of the empty manifest a node without one starts from: every real manifest
 #: (``peerd fleet init`` signs seq 1) is newer.
 PLACEHOLDER_SEQ = 0
-
-
-class DaemonError(RuntimeError):
-    """Start-up cannot proceed (missing key, bad manifest…); the message says how to fix it."""
-
-
-class LateStartupError(DaemonError):
-    """Start-up work that finishes after READY=1 failed (the task's data, mDNS): still a
-    start-up failure, one line and exit status 2 (``cli/run.py``), not a crash."""
-
-
-def read_node_key(cfg: Config) -> Ed25519PrivateKey:
-    """The node's identity key, from its state directory."""
-    key_path = cfg.node.state_dir / NODE_KEY_FILE
-    if not key_path.exists():
-        raise DaemonError(f"no identity key at {key_path}: create one with "
-                          f"`peerd keygen --state-dir {cfg.node.state_dir}`")
-    try:
-        return read_private_key(key_path)
-    except KeyFileError as exc:
-        raise DaemonError(f"identity key unusable: {exc}") from None
-
-
-def preflight(cfg: Config) -> state_lock.StateLock:
-    """Everything `peerd run` can check before it reads state or listens, each failure a
-    :class:`DaemonError` (one line, exit status 2): the state directory's lock first (so a
-    second daemon touches nothing of the first's), then the key, the control socket and the
-    listen address. Returns the lock; the caller holds it for the daemon's lifetime.
-    First logs the config's deprecation notices, one warning line each."""
-    for line in cfg.deprecations:
-        log.warning("%s: %s", cfg.source or "config", line)
-    node = cfg.node
-    try:
-        held = state_lock.acquire(node.state_dir, socket=node.control_socket)
-    except state_lock.StateLockError as exc:
-        raise DaemonError(str(exc)) from None
-    try:
-        read_node_key(cfg)
-        try:
-            check_socket_free(node.control_socket)
-        except ControlError as exc:
-            raise DaemonError(f"control socket: {exc.message}") from None
-        check_listen(cfg.network.listen_host, cfg.network.listen_port)
-        if cfg.network.metrics_listen is not None:
-            check_metrics_listen(cfg.network.metrics_listen)
-    except BaseException:
-        held.release()
-        raise
-    return held
-
-
-def check_metrics_listen(listen: str) -> None:
-    """The Prometheus endpoint's ``HOST:PORT`` is free (it is bound before the host listens,
-    but after the state is restored: checked here so that failure is one line too)."""
-    host, port = parse_listen(listen)
-    try:
-        check_port_free(host, port)
-    except TransportError as exc:
-        cause = exc.__cause__
-        why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
-        raise DaemonError(f"[network] metrics_listen {listen}: {why}") from None
-
-
-def check_listen(host: str, port: int) -> None:
-    """``host:port`` can be listened on: ``host`` is an address of this machine and no other
-    socket holds the port (port 0: any free one, so only the address is checked)."""
-    try:
-        check_port_free(host, port)
-    except TransportError as exc:
-        cause = exc.__cause__
-        code = cause.errno if isinstance(cause, OSError) else None
-        if code == errno.EADDRNOTAVAIL:
-            raise DaemonError(f"[network] listen_host {host} is not an address of this "
-                              "machine: use one of its addresses, or 0.0.0.0 for all") from None
-        if code == errno.EADDRINUSE:
-            raise DaemonError(f"[network] listen_port {port} is already in use on {host}: "
-                              "another program (or peerd) holds it; set another listen_port, "
-                              "or 0 for any free port") from None
-        raise DaemonError(f"[network] {exc}") from None
 
 
 def load_manifest(

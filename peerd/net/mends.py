@@ -46,8 +46,8 @@ its stream handler, ``Transport.connect``), and so are mend 9's closes; mend 8's
 :mod:`peerd.net.admission`'s. This module owns the rest: the process-wide patches of
 py-libp2p's module state (4, 7, 9's socket options), the settings and hooks the transport
 applies to each host it builds (1, 6, 8's limit bypass), mend 9's reading of a
-connection's socket (:func:`socket_of`, :func:`stalled`, :func:`local_ip`, :func:`abort`),
-and the port probe before a host listens (py-libp2p's listener sets SO_REUSEPORT). It must
+connection's socket (:func:`socket_of`, :func:`stalled`, :func:`local_ip`, :func:`abort`);
+the port probe before a host listens is :mod:`peerd.net.portprobe`'s (libp2p-free). It must
 not hold a host, a connection or a stream (that is :mod:`peerd.net.transport` and
 :mod:`peerd.net.stream`), nor decide who is admitted or which connection is dead
 (:mod:`peerd.net.admission`, :mod:`peerd.net.liveness`).
@@ -68,7 +68,6 @@ from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
 
 from peerd.net import mends_throughput, mends_throughput_rx
-from peerd.net.framing import TransportError
 from peerd.net.transport_config import (
     STALLED_RETRANSMITS,
     TCP_KEEPALIVE_IDLE_S,
@@ -154,23 +153,6 @@ class _DemoteToDebug(logging.Handler):
 
 # Named under the transport's logger, as docs/transport.md tells operators to look for it.
 _libp2p_log = logging.getLogger("peerd.net.transport.libp2p")
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Fail if another socket listens on ``host:port``.
-
-    py-libp2p listens with SO_REUSEPORT (for hole punching), so a second daemon on the same
-    port would not fail: the kernel would split inbound connections between the two. A
-    probe bound *without* SO_REUSEPORT gets EADDRINUSE while any listener holds the port.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # REUSEADDR only: TIME_WAIT leftovers from our own previous run are no conflict.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as e:
-            raise TransportError(f"cannot listen on {host}:{port}: {e.strerror}") from e
 
 
 # --- mend 9: connections that outlived their path ---------------------------------------

@@ -60,11 +60,11 @@ from peerd.net.liveness import Liveness
 from peerd.net.mends import (
     apply_library_mends,
     bypass_limits_when_admitted,
-    check_port_free,
     connection_config,
     switch_off_auto_connector,
 )
 from peerd.net.peertables import PeerTables
+from peerd.net.portprobe import check_port_free
 from peerd.net.stream import Stream as Stream
 from peerd.net.swarmconns import SwarmConnections, parse_peer_id
 from peerd.net.transport_config import (

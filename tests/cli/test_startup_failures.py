@@ -4,7 +4,9 @@ Each case starts the console command as a subprocess (as systemd does; exit stat
 ``RestartPreventExitStatus=2`` keeps from restarting) on loopback, mDNS off, and breaks one
 thing: the key, the config, the manifest, the dataset, the port, the control socket, the
 state directory's lock. The daemon must stop before it listens, say what is wrong in one
-line and never print a traceback.
+line and never print a traceback. Every failure that the config or the preflight checks
+(:mod:`peerd.daemon.preflight`) find comes before torch, libp2p and the daemon are imported:
+each case records which of them the process had loaded when it exited.
 """
 
 from __future__ import annotations
@@ -23,17 +25,42 @@ from pathlib import Path
 import pytest
 
 from peerd.store import lock as state_lock
+from tests.inproc import peerd_inproc
 from tests.integration.mesh import write_overrides
 
-PEERD = [sys.executable, "-m", "peerd.cli"]
-#: `peerd run` imports torch and libp2p before it fails: generous for a loaded machine.
+#: What the daemon needs and the checks before it must not: 4 to 5 s of CPU in imports.
+HEAVY_MODULES = ("torch", "libp2p", "peerd.daemon.daemon")
+
+#: ``python -m peerd.cli ARGS``, as the console command runs, which on exit (any status)
+#: writes the :data:`HEAVY_MODULES` (and their submodules) it had imported, as JSON, to
+#: the file named by $PEERD_TEST_IMPORTED.
+RECORDING_MAIN = """
+import atexit, json, os, runpy, sys
+heavy = tuple(json.loads(os.environ["PEERD_TEST_HEAVY"]))
+def record():
+    with open(os.environ["PEERD_TEST_IMPORTED"], "w") as out:
+        json.dump(sorted(m for m in sys.modules
+                         if any(m == h or m.startswith(h + ".") for h in heavy)), out)
+atexit.register(record)
+runpy.run_module("peerd.cli", run_name="__main__", alter_sys=True)
+"""
+#: `peerd run` imports torch and libp2p before some failures: generous for a loaded machine.
 RUN_TIMEOUT_S = 120.0
 
 
-def peerd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PEERD, *args], capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, env={**os.environ, **(env or {})},
-                          check=False)
+@dataclass
+class Run:
+    result: subprocess.CompletedProcess[str]
+    heavy: list[str]  # the HEAVY_MODULES the process had imported when it exited
+
+
+def peerd_run(config: Path, imported: Path) -> Run:
+    env = {**os.environ, "PEERD_TEST_IMPORTED": str(imported),
+           "PEERD_TEST_HEAVY": json.dumps(HEAVY_MODULES)}
+    result = subprocess.run([sys.executable, "-c", RECORDING_MAIN, "run", "--config",
+                             str(config)], capture_output=True, text=True,
+                            timeout=RUN_TIMEOUT_S, env=env, check=False)
+    return Run(result, json.loads(imported.read_text()))
 
 
 @dataclass
@@ -56,14 +83,12 @@ class Node:
 
 @pytest.fixture
 def node(tmp_path: Path) -> Node:
+    # In-process: only `peerd run` below is the subject, a real process as systemd runs it.
     fleet, state, config = tmp_path / "fleet", tmp_path / "state", tmp_path / "etc/peerd.toml"
-    assert peerd("fleet", "init", str(fleet)).returncode == 0
-    made = peerd("keygen", "--state-dir", str(state))
-    assert made.returncode == 0, made.stderr
-    node_id = made.stdout.strip()
-    assert peerd("fleet", "admit", "--fleet", str(fleet), node_id).returncode == 0
-    init = peerd("init", "--fleet", str(fleet), "--state-dir", str(state), "--out", str(config))
-    assert init.returncode == 0, init.stderr
+    peerd_inproc("fleet", "init", str(fleet))
+    node_id = peerd_inproc("keygen", "--state-dir", str(state)).stdout.strip()
+    peerd_inproc("fleet", "admit", "--fleet", str(fleet), node_id)
+    peerd_inproc("init", "--fleet", str(fleet), "--state-dir", str(state), "--out", str(config))
     write_overrides(config, network={"listen_host": "127.0.0.1", "listen_port": 0,
                                      "mdns": False})
     return Node(tmp_path, state, config, node_id)
@@ -196,6 +221,9 @@ CASES: dict[str, tuple[Breaker, str]] = {
     "missing config": (missing_config, "cannot read config"),
     "garbage config": (garbage_config, "is not valid TOML"),
 }
+#: The failures the daemon finds as it starts (the manifest against the state, the task's
+#: data): after the heavy imports. The config and the preflight checks find all the others.
+FOUND_BY_DAEMON = {"missing manifest", "garbage manifest", "missing dataset"}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -203,7 +231,8 @@ def test_a_start_up_failure_is_one_line_and_exit_2(node: Node, case: str) -> Non
     breaker, expected = CASES[case]
     with ExitStack() as stack:
         breaker(node, stack)
-        result = peerd("run", "--config", str(node.config))
+        run = peerd_run(node.config, node.root / "imported.json")
+    result = run.result
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
@@ -211,6 +240,12 @@ def test_a_start_up_failure_is_one_line_and_exit_2(node: Node, case: str) -> Non
     assert lines[0].startswith("peerd: ")
     assert expected in lines[0]
     assert not node.socket.exists() or case == "control socket held"
+    # A config typo or a taken port is reported without 4 to 5 s of imports first (systemd
+    # restart loops, an operator's retry); the daemon's own checks need them.
+    if case not in FOUND_BY_DAEMON:
+        assert run.heavy == [], f"imported before the preflight checks: {run.heavy[:5]}"
+    else:
+        assert {m.split(".")[0] for m in run.heavy} >= {"torch", "libp2p"}
 
 
 def test_the_lock_file_names_the_holder_for_readers(tmp_path: Path) -> None:

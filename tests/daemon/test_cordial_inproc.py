@@ -14,6 +14,7 @@ daemons there are ``long``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import statistics
@@ -24,6 +25,7 @@ import torch
 import trio
 
 from peerd.core.modes import ModeName
+from peerd.learn import pairwise10
 from peerd.learn.cordialround import CordialLearner, agent_data, index_size
 from tests.daemon.inprocfleet import Fleet, fleet_configs
 
@@ -36,6 +38,17 @@ CORDIAL = {"warmup_epochs": WARMUP, "images_per_digit": 25}
 TASK = {"name": "mnist", "node_count": 2, "seed": 0}
 ROUND_LINE = re.compile(r"round (\d+): version \d+, epoch [\d.]+, loss [\d.na]+, val acc "
                         r"[\d.]+, test acc ([\d.]+), views of (\d+)/1 peer agents")
+
+
+@pytest.fixture(autouse=True)
+def mnist_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The four draws (two daemons, two baselines) take their composites from one read of
+    MNIST: ``load_images`` decodes, converts (float64) and normalises all 70,000 images on
+    each call (this file's CPU: 43 s user+sys with four reads, 32 s with one), and
+    ``make_draw`` copies the images it takes, so sharing them changes no value computed."""
+    # Where agent_data looks it up (cordialround imported the name).
+    monkeypatch.setattr("peerd.learn.cordialround.load_images",
+                        functools.cache(pairwise10.load_images))
 
 
 def alone(index: int, rounds: int) -> list[float]:

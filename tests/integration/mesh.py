@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from peerd.mesh.localmesh import DaemonProcess
+from tests.inproc import peerd_inproc
 from tests.net.netns import NetnsHost
 
 PEERD = [sys.executable, "-m", "peerd.cli"]
@@ -84,20 +85,21 @@ def make_fleet(root: Path, n: int, *, hosts: list[NetnsHost] | None = None, mdns
     their own ports)."""
     if hosts is None:
         base_port += port_offset()
+    # The set-up commands in-process (tests/inproc.py): the daemons are the real processes.
     fleet = root / "fleet"
-    peerd("fleet", "init", str(fleet))
+    peerd_inproc("fleet", "init", str(fleet))
     nodes: list[Node] = []
     for i in range(n):
         d = root / f"node{i}"
-        out = peerd("keygen", "--state-dir", str(d)).stdout
+        out = peerd_inproc("keygen", "--state-dir", str(d)).stdout
         node_id = next(w for w in out.split() if w.startswith("12D3KooW"))
         if admit is None or i < admit:
             # node i is [task] node_index i: bound to that cordial agent (harmless elsewhere)
-            peerd("fleet", "admit", "--fleet", str(fleet), node_id, "--agent", str(i))
+            peerd_inproc("fleet", "admit", "--fleet", str(fleet), node_id, "--agent", str(i))
         nodes.append(Node(f"node{i}", d, node_id, base_port + i, hosts[i] if hosts else None))
     for i, node in enumerate(nodes):
-        peerd("init", "--fleet", str(fleet), "--state-dir", str(node.dir), "--socket",
-              str(node.socket), "--out", str(node.config), "--force")
+        peerd_inproc("init", "--fleet", str(fleet), "--state-dir", str(node.dir), "--socket",
+                     str(node.socket), "--out", str(node.config), "--force")
         static = [] if mdns else [o.multiaddr() for o in nodes if o is not node]
         write_overrides(node.config, network={
             "listen_host": "0.0.0.0" if node.host else "127.0.0.1",
