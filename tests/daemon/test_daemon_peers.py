@@ -215,7 +215,7 @@ def test_an_inbound_session_that_ends_leaves_our_dial_reserved(
     async def session(*_args: object, **_kwargs: object) -> SessionResult:
         return SessionResult(peer=member)
 
-    monkeypatch.setattr("peerd.daemon.daemon.run_session", session)
+    monkeypatch.setattr("peerd.daemon.gossiping.run_session", session)
 
     class Stream:
         peer_id = member

@@ -126,14 +126,15 @@ def test_1_discovery_three_hosts_find_each_other_by_mdns_alone(
                 assert any(other_host.address in a for a in p["addrs"])
         # No static peers were configured: mDNS alone found them (each pair: at least one
         # side from the other's record, the other side may know it from the inbound dial
-        # that followed), and nobody was refused.
+        # that followed, and from that session's address exchange until its own mDNS record
+        # arrives), and nobody was refused.
         for o in nodes:
             if o is not n:
                 mine, theirs = peer(s, o.id), peer(status(o), n.id)
                 assert mine is not None
                 assert theirs is not None
                 assert "mdns" in {mine["source"], theirs["source"]}
-                assert {mine["source"], theirs["source"]} <= {"mdns", "inbound"}
+                assert {mine["source"], theirs["source"]} <= {"mdns", "inbound", "exchanged"}
         assert s["rejected"] == {}
         assert refused_in_audit(n) == {}
 

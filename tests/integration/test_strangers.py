@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from peerd.daemon.daemon import GOSSIP_INTERVAL_S
+from peerd.daemon.gossiping import GOSSIP_INTERVAL_S
 from peerd.net.transport_config import MAX_PROBATION_CONNECTIONS
 from peerd.node.peers import BACKOFF_BASE_S, BACKOFF_MAX_S
 from tests.integration.mesh import (
@@ -95,7 +95,9 @@ def test_strangers_neither_lock_a_member_out_nor_enter_the_table(
         print(f"\nb synced with a {synced_in:.2f} s after it was ready, "
               f"{FLOOD} strangers held open")
         row = next(p for p in status(a)["peers"] if p["id"] == b.id)
-        assert row["source"] == "inbound"  # entered once its session proved it a member
+        # Entered once its session proved it a member; the same session's address exchange
+        # gave a b's signed record, so a now knows where to dial it (peerd.node.peers).
+        assert row["source"] == "exchanged"
         assert row["sessions"] >= 1
 
     s = status(a)

@@ -20,7 +20,7 @@ import trio
 import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from peerd.daemon.daemon import GOSSIP_INTERVAL_S
+from peerd.daemon.gossiping import GOSSIP_INTERVAL_S
 from peerd.net.admission import Admission
 from peerd.net.transport import (
     Stream,

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from peerd.daemon import daemon
+from peerd.daemon import gossiping
 from peerd.daemon.config import LearningConfig, NetworkConfig
 from peerd.node.peers import DEFAULT_FANOUT
 from peerd.protocol.manifest import Manifest
@@ -91,8 +91,8 @@ def test_lost_sessions_and_churn_still_reach_every_live_node() -> None:
 
 
 def test_the_simulated_daemon_constants_are_the_daemons() -> None:
-    assert gossipsim.GOSSIP_INTERVAL_S == daemon.GOSSIP_INTERVAL_S
-    assert gossipsim.SESSION_TIMEOUT_S == daemon.SESSION_TIMEOUT_S
+    assert gossipsim.GOSSIP_INTERVAL_S == gossiping.GOSSIP_INTERVAL_S
+    assert gossipsim.SESSION_TIMEOUT_S == gossiping.SESSION_TIMEOUT_S
     assert NetworkConfig().max_inbound_sessions == gossipsim.MAX_INBOUND_SESSIONS
     assert LearningConfig().capacity == gossipsim.CAPACITY
     assert GossipSimConfig(nodes=2).fanout == NetworkConfig().fanout == DEFAULT_FANOUT
