@@ -99,7 +99,7 @@ def test_the_two_forms_have_different_gradients() -> None:
     has = torch.ones(16, dtype=torch.bool)
     grads = []
     for form in ("eq18", "code"):
-        policy = Distillation(beta=1.5, temperature=3.0, form=form)  # type: ignore[arg-type]
+        policy = Distillation(beta=1.5, temperature=3.0, form=form)
         (grad,) = torch.autograd.grad(distill_loss(student, target, teacher, has, policy),
                                       student)
         grads.append(grad.flatten())
