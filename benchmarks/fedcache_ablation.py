@@ -19,14 +19,17 @@ import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks import _provenance
 from benchmarks.reproduce import ROOT
 
+if TYPE_CHECKING:
+    from peerd.core.distill import DistillForm
+
 OUT = ROOT / "docs" / "reproduction" / "fedcache-ablation"
 #: (run name, algorithm, loss form): isolated trains no KL, so its form does not matter.
-VARIANTS = (("eq18", "fedcache", "eq18"), ("code", "fedcache", "code"),
+VARIANTS: tuple[tuple[str, str, DistillForm], ...] = (("eq18", "fedcache", "eq18"), ("code", "fedcache", "code"),
             ("isolated", "isolated", "eq18"))
 
 

@@ -20,7 +20,8 @@ of each client's own best, which is not MAUA); the traffic every method moved.
 All methods draw the same mini-batches (:func:`peerd.sim.train.draw_batches`).
 
 **The paper's forms and the old ones** (each a config key and a ``peerd sim`` flag; a run's
-JSON names all four, and a JSON without them was measured with the old forms):
+JSON names all four, and a JSON without them was measured with the old forms,
+:data:`peerd.sim.fedcache_forms.OLD_FORMS`):
 
 * ``distill_form``: ``eq18`` (default) or ``code``, :attr:`peerd.core.distill.Distillation.form`.
 * ``local_epoch``: ``client`` (default): one local epoch is ``ceil(n_k / B)`` steps for client
@@ -88,9 +89,6 @@ MIXED = ("small", "medium", "large")
 F16 = 2
 LOCAL_EPOCHS = ("client", "mean")
 ROUND1_KNOWLEDGE = ("zero", "none")
-#: What a config without the keys below was run with (every output before they existed).
-OLD_FORMS = {"distill_form": "code", "local_epoch": "mean", "round1_knowledge": "none",
-             "index_bytes": 0}
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ import pytest
 
 from peerd.learn.data import load_dataset, partition
 from peerd.sim import knowledge
+from peerd.sim.fedcache_forms import OLD_FORMS, PAPER_FORMS, describe, forms_of
 from peerd.sim.knowledge import (
     F16,
-    OLD_FORMS,
     KnowledgeSimConfig,
     client_test_split,
     knowledge_cli,
@@ -44,7 +44,7 @@ CONFIG = KnowledgeSimConfig(dataset="digits", agents=6, rounds=3, models="mixed"
 
 
 #: The forms the docs' older runs were measured with (mean epoch, no round-1 knowledge, ...).
-OLD = replace(CONFIG, **OLD_FORMS)  # type: ignore[arg-type]
+OLD = replace(CONFIG, **OLD_FORMS)
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +185,14 @@ def test_bad_configs_are_refused() -> None:
                 dict(round1_knowledge="random"), dict(index_bytes=3), dict(targets=(1.5,))):
         with pytest.raises(ValueError, match=r"algorithm|model|agents|beta|r must|--"):
             KnowledgeSimConfig(**bad).validate()
+
+
+def test_a_run_names_its_forms_and_an_old_config_reads_as_the_old_forms(
+        result_summary: dict[str, Any], old_summary: dict[str, Any]) -> None:
+    assert forms_of(result_summary["config"]) == PAPER_FORMS
+    assert forms_of(old_summary["config"]) == OLD_FORMS
+    bare = {k: v for k, v in result_summary["config"].items() if k not in PAPER_FORMS}
+    assert forms_of(bare) == OLD_FORMS  # a config written before the keys existed
+    assert describe(bare) == describe(old_summary["config"])
+    assert "eq. 18" in describe(result_summary["config"])
+    assert "32-bit index" in describe(result_summary["config"])
