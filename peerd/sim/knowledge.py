@@ -36,8 +36,9 @@ JSON names all four, and a JSON without them was measured with the old forms,
   each key at initialisation), §4.1: "私有样本的logits及其索引被上传". 4 (default) is an int32
   per row, what a K = 300 x 200-sample fleet needs and what an encoder would send; 0 is the
   old count (float16 logits only). Downlinked teachers carry no index: the server answers the
-  upload in its order. Gossip all-to-all is unchanged (peerd's batches are in key order: a
-  row's position is its index).
+  upload in its order. Gossip all-to-all counts it too on every knowledge batch (peerd's
+  knowledge entries carry int32 ``ids``, ``protocol/knowledge.py``) but not on keys (a keys
+  entry's row is its id).
 
 Traffic to a target accuracy (the paper's acc@, Table 5's caption): for each target in
 ``targets`` the first evaluated round whose mean client accuracy reaches it and the
@@ -356,8 +357,8 @@ def _run_knowledge(config: KnowledgeSimConfig, setup: _Setup, beta: float,
     # Traffic, server-equivalent (the paper's count): every key once up with its label and
     # index, then per round every sample's logits and index up and its teacher down (round 1
     # too when eq. 9's zeros are the teachers). Gossip all-to-all (peerd without a server):
-    # every origin's batch to each of the K - 1 others, keys once, logits every round; a
-    # row's position in its batch is its index, so no index travels.
+    # every origin's batch to each of the K - 1 others, keys once (a row is its id), logits
+    # with their ids every round (the knowledge entry's int32 ids).
     key_bytes = samples * (config.key_dim * F16 + 1)  # + a label byte per sample
     logit_bytes = samples * setup.num_classes * F16
     up_bytes = logit_bytes + samples * config.index_bytes
@@ -395,7 +396,7 @@ def _run_knowledge(config: KnowledgeSimConfig, setup: _Setup, beta: float,
                     cache.put(KnowledgeBatch(origin_id(a), t + 1, float(t + 1), keys[a],
                                              labels[a], z16.astype(np.float32)))
             server += up_bytes
-            gossip += logit_bytes * (config.agents - 1)
+            gossip += up_bytes * (config.agents - 1)
         if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
             evals.append(_evaluate(groups, setup, config.agents))
             curve.append((t + 1, float(np.nanmean(evals[-1])),

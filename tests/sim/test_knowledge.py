@@ -98,10 +98,11 @@ def test_knowledge_traffic_is_keys_once_and_logits_per_round(
     index = samples * 4  # an int32 per row
     traffic = result_summary["traffic_bytes"]
     # Server-equivalent: keys with their indices up once, logits with their indices up every
-    # round, teachers down every round (round 1: eq. 9's zeros). Gossip carries no index.
+    # round, teachers down every round (round 1: eq. 9's zeros). Gossip: keys once (a keys
+    # entry's row is its id), logits with their int32 ids every round.
     assert traffic["fedcache"]["server_equivalent"] == (keys + index + 3 * (logits + index)
                                                         + 3 * logits)
-    assert traffic["fedcache"]["gossip_all_to_all"] == (k - 1) * (keys + 3 * logits)
+    assert traffic["fedcache"]["gossip_all_to_all"] == (k - 1) * (keys + 3 * (logits + index))
     assert traffic["isolated"] == {"server_equivalent": 0, "gossip_all_to_all": 0}
     moved = traffic["cached-dfl"]["models_moved"]
     params = result_summary["info"]["cached-dfl"]["parameters"]["large"]
@@ -117,6 +118,8 @@ def test_the_old_forms_count_logits_only_and_skip_round_1(old_summary: dict[str,
     # Keys up once, logits up every round, teachers down from round 2 on; no index counted.
     assert old_summary["traffic_bytes"]["fedcache"]["server_equivalent"] == (keys + 3 * logits
                                                                             + 2 * logits)
+    assert old_summary["traffic_bytes"]["fedcache"]["gossip_all_to_all"] == (
+        (CONFIG.agents - 1) * (keys + 3 * logits))
     curves = old_summary["curves"]
     # Round 1 has no teachers (an empty cache): fedcache trains exactly like isolated.
     assert curves["fedcache"][0] == [1, curves["isolated"][0][1], curves["isolated"][0][2],
