@@ -28,9 +28,11 @@ if TYPE_CHECKING:
     from peerd.core.distill import DistillForm
 
 OUT = ROOT / "docs" / "reproduction" / "fedcache-ablation"
-#: (run name, algorithm, loss form): isolated trains no KL, so its form does not matter.
-VARIANTS: tuple[tuple[str, str, DistillForm], ...] = (("eq18", "fedcache", "eq18"), ("code", "fedcache", "code"),
-            ("isolated", "isolated", "eq18"))
+#: (run name, algorithm, loss form, T): isolated trains no KL, so its form does not matter;
+#: eq18-t1 is eq. 18 at T = 1, where its CE is plain CE (what T does to eq18, apart).
+VARIANTS: tuple[tuple[str, str, DistillForm, float], ...] = (
+    ("eq18", "fedcache", "eq18", 3.0), ("code", "fedcache", "code", 3.0),
+    ("isolated", "isolated", "eq18", 3.0), ("eq18-t1", "fedcache", "eq18", 1.0))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--agents", type=int, default=300)
     ap.add_argument("--targets", default="0.6,0.7")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--variants", default="eq18,code,isolated",
+    ap.add_argument("--variants", default="eq18,code,isolated,eq18-t1",
                     help="comma list of " + ", ".join(v[0] for v in VARIANTS))
     ap.add_argument("--out", type=Path, default=OUT, help="folder")
     args = ap.parse_args(argv)
@@ -60,9 +62,10 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"unknown variant(s) {sorted(unknown)}")
     args.out.mkdir(parents=True, exist_ok=True)
     for seed in (int(s) for s in args.seeds.split(",")):
-        for name, alg, form in (v for v in VARIANTS if v[0] in wanted):
+        for name, alg, form, temperature in (v for v in VARIANTS if v[0] in wanted):
             target = args.out / f"{name}-s{seed}.json"
-            config = replace(base, seed=seed, algorithms=(alg,), distill_form=form)
+            config = replace(base, seed=seed, algorithms=(alg,), distill_form=form,
+                             temperature=temperature)
 
             def checkpoint(result: KnowledgeResult, target: Path = target) -> None:
                 # Written whole and renamed: a run killed mid-write keeps its last round.

@@ -232,7 +232,8 @@ def gains(o: Outputs) -> str:
 
 ABLATION = FEDCACHE / "fedcache-ablation"
 #: The ablation's variants in table order (benchmarks/fedcache_ablation.py's VARIANTS).
-ABLATION_VARIANTS = (("eq18", "fedcache"), ("code", "fedcache"), ("isolated", "isolated"))
+ABLATION_VARIANTS = (("eq18", "fedcache"), ("eq18-t1", "fedcache"), ("code", "fedcache"),
+                     ("isolated", "isolated"))
 
 
 def _ablation_runs() -> list[tuple[str, int, str, dict[str, Any]]]:
@@ -265,7 +266,7 @@ def ablation(o: Outputs) -> str:
         curve = [r for r in d["curves"][alg] if int(r[0]) <= t]
         f = forms_of(d["config"])
         rows.append([variant, str(seed), "– (β = 0: CE)" if alg == "isolated" else
-                     f["distill_form"], _pct(maua_from_curve(curve)), _pct(float(curve[-1][1])),
+                     f"{f['distill_form']}, T = {d['config']['temperature']:g}", _pct(maua_from_curve(curve)), _pct(float(curve[-1][1])),
                      *(_hit(curve, x) for x in targets),
                      "0" if alg == "isolated" else f"{int(curve[-1][3]) / 1e6:.1f} MB"])
     forms = {describe({**d["config"], "distill_form": "eq18"}) for _, _, _, d in runs}

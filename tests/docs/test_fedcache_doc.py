@@ -89,7 +89,8 @@ def test_the_ablation_table_is_its_runs_curves() -> None:
         alg = data["config"]["algorithms"][0]
         assert data["config"]["local_epoch"] == "client"
         assert data["config"]["round1_knowledge"] == "zero"
-        assert loss == (data["config"]["distill_form"] if alg == "fedcache" else "– (β = 0: CE)")
+        form = f"{data['config']['distill_form']}, T = {data['config']['temperature']:g}"
+        assert loss == (form if alg == "fedcache" else "– (β = 0: CE)")
         curve = [r for r in data["curves"][alg] if r[0] <= t]
         assert curve[-1][0] == t
         assert maua == _pct(max(r[1] for r in curve))
