@@ -114,8 +114,9 @@ def sim(
                                      "\\[learning.knowledge] key_dim).")] = 64,
     distill_form: Annotated[str, Opt(help="fedcache: loss form \\[choice]: eq18 (the notes' "
                                           "eq. 18: CE on softmax(f/T) + β·KL(τ(f) ‖ τ(z̄))) or "
-                                          "code (CE + β·T²·KL(τ(z̄) ‖ τ(f)), the docs' older "
-                                          "runs).")] = "eq18",
+                                          "code (CE + β·T²·KL(τ(z̄) ‖ τ(f)), the paper's code; "
+                                          "the default: eq18 at T = 3 trained worse than "
+                                          "no federation, docs/reproduction.md).")] = "code",
     local_epoch: Annotated[str, Opt(help="fedcache: local epoch rule \\[choice]: client "
                                          "(ceil(n_k / batch) steps, each client its own) or "
                                          "mean (ceil(mean n / batch) for all, the docs' older "

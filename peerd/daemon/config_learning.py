@@ -69,9 +69,9 @@ class KnowledgeConfig:
     temperature: float = 3.0
     #: R: the neighbours' knowledge averaged per sample.
     neighbours: int = 16
-    #: The objective (peerd.core.distill): "eq18" (the notes' eq. 18) or "code" (the paper
-    #: code's CE + β·T²·KL(teacher ‖ student)).
-    form: str = "eq18"
+    #: The objective (peerd.core.distill): "code" (the paper code's CE + β·T²·KL(teacher ‖
+    #: student); the default, see that module) or "eq18" (the notes' eq. 18).
+    form: str = "code"
 
 
 #: ``[learning]`` keys whose default differs in ``mode = "knowledge"``: the paper's one local

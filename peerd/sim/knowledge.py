@@ -108,7 +108,7 @@ class KnowledgeSimConfig:
     key_dim: int = 64
     seed: int = 0
     eval_every: int = 1
-    distill_form: DistillForm = "eq18"
+    distill_form: DistillForm = "code"  # peerd.core.distill: eq18 measured worse at T = 3
     local_epoch: str = "client"
     round1_knowledge: str = "zero"
     index_bytes: int = 4
@@ -534,7 +534,7 @@ def knowledge_cli(*, dataset: str, partition: str, agents: int, rounds: int,
                   algorithms: tuple[str, ...], models: str, lr: float, batch_size: int,
                   beta: float, temperature: float, r: int, key_dim: int, seed: int,
                   eval_every: int, capacity: int, tau_max: float, round_seconds: int,
-                  out: Path, json_output: bool, distill_form: str = "eq18",
+                  out: Path, json_output: bool, distill_form: str = "code",
                   local_epoch: str = "client", round1_knowledge: str = "zero",
                   index_bytes: int = 4, targets: tuple[float, ...] = (0.6, 0.7)) -> None:
     """``peerd sim --algorithms fedcache,...``: run, write ``out/fedcache.json``, print.

@@ -14,7 +14,7 @@ import pytest
 
 from peerd.learn.data import load_dataset, partition
 from peerd.sim import knowledge
-from peerd.sim.fedcache_forms import OLD_FORMS, PAPER_FORMS, describe, forms_of
+from peerd.sim.fedcache_forms import DEFAULT_FORMS, OLD_FORMS, PAPER_FORMS, describe, forms_of
 from peerd.sim.knowledge import (
     F16,
     KnowledgeSimConfig,
@@ -192,10 +192,11 @@ def test_bad_configs_are_refused() -> None:
 
 def test_a_run_names_its_forms_and_an_old_config_reads_as_the_old_forms(
         result_summary: dict[str, Any], old_summary: dict[str, Any]) -> None:
-    assert forms_of(result_summary["config"]) == PAPER_FORMS
+    assert forms_of(result_summary["config"]) == DEFAULT_FORMS
     assert forms_of(old_summary["config"]) == OLD_FORMS
     bare = {k: v for k, v in result_summary["config"].items() if k not in PAPER_FORMS}
     assert forms_of(bare) == OLD_FORMS  # a config written before the keys existed
     assert describe(bare) == describe(old_summary["config"])
-    assert "eq. 18" in describe(result_summary["config"])
+    assert "code (CE" in describe(result_summary["config"])
+    assert "eq. 18" in describe({**result_summary["config"], "distill_form": "eq18"})
     assert "32-bit index" in describe(result_summary["config"])
