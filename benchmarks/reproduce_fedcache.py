@@ -19,8 +19,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _provenance
 from benchmarks.reproduce import ROOT, Outputs
-from peerd.sim.maua import maua_from_curve
+from peerd.sim.fedcache_forms import describe, forms_of
+from peerd.sim.maua import acc_at, maua_from_curve
 
 FEDCACHE = ROOT / "docs" / "reproduction"
 
@@ -112,6 +114,17 @@ def _traffic(run: FedCacheRun, alg: str, t: int) -> str:
     return f"{p.bytes / 1e9:.3f} GB server-eq.; {run.gossip(alg, t) / 1e9:.2f} GB gossip"
 
 
+def measured_with(names: Sequence[str]) -> str:
+    """The forms each run of a table was measured with, from its config (a config without the
+    keys is a run of the old forms): one line, naming the runs when they differ."""
+    by: dict[str, list[str]] = {}
+    for name in dict.fromkeys(names):
+        by.setdefault(describe(load(name).data["config"]), []).append(name)
+    if len(by) == 1:
+        return f"\nMeasured with: {next(iter(by))}.\n"
+    return "".join(f"\nMeasured with ({', '.join(n)}): {d}.\n" for d, n in by.items())
+
+
 def _comparison(clients: str, runs: Sequence[tuple[str, str]], paper: str, early: int) -> str:
     t = _common(runs)
     header = ["clients", "method", f"MAUA @ round {early}", f"MAUA @ round {t}",
@@ -123,7 +136,7 @@ def _comparison(clients: str, runs: Sequence[tuple[str, str]], paper: str, early
                      _pct(run.at(alg, early).maua), _pct(run.at(alg, t).maua),
                      _pct(run.at(alg, t).client_best), _traffic(run, alg, t),
                      paper if alg == "fedcache" else "–"])
-    return _table(header, rows)
+    return _table(header, rows) + measured_with([n for n, _ in runs])
 
 
 HOMOGENEOUS = (("fmnist-fc-homo", "fedcache"), ("fmnist-iso-homo", "isolated"),
@@ -160,7 +173,8 @@ def last_rounds(o: Outputs) -> str:
         rows.append([name.removeprefix("fmnist-"), alg, str(t), _pct(p.maua),
                      _pct(p.client_best), _pct(p.mean)])
     return _table(["run", "method", "last round", "MAUA", "mean of client best",
-                   "mean accuracy at that round"], rows)
+                   "mean accuracy at that round"], rows) + measured_with(
+        [n for n, _ in (*HOMOGENEOUS, *MIXED)])
 
 
 R_RUNS = {1: "fmnist-fc-r1", 4: "fmnist-fc-r4", 16: "fmnist-fc-homo", 64: "fmnist-fc-r64"}
@@ -173,7 +187,7 @@ def r_ablation(o: Outputs) -> str:
             ["MAUA @ 10", *(_pct(r.at("fedcache", 10).maua) for r in runs)],
             [f"mean of client best @ {t}", *(_pct(r.at("fedcache", t).client_best)
                                             for r in runs)]]
-    return _table(["R", *(str(r) for r in R_RUNS)], rows)
+    return _table(["R", *(str(r) for r in R_RUNS)], rows) + measured_with(list(R_RUNS.values()))
 
 
 #: (label, fedcache run, isolated run, the runs whose common last round both are read at).
@@ -211,7 +225,58 @@ def gains(o: Outputs) -> str:
                      _gain(fc.client_best, iso.client_best)])
     return _table(["run", "round", "fedcache MAUA", "isolated MAUA", "gain",
                    "fedcache mean of client best", "isolated mean of client best", "gain"],
-                  rows)
+                  rows) + measured_with([n for _, f, i, _ in GAINS for n in (f, i)])
+
+
+# ------------------------------------------------------------------ the loss ablation
+
+ABLATION = FEDCACHE / "fedcache-ablation"
+#: The ablation's variants in table order (benchmarks/fedcache_ablation.py's VARIANTS).
+ABLATION_VARIANTS = (("eq18", "fedcache"), ("eq18-t1", "fedcache"), ("code", "fedcache"),
+                     ("isolated", "isolated"))
+
+
+def _ablation_runs() -> list[tuple[str, int, str, dict[str, Any]]]:
+    out = []
+    for path in sorted(ABLATION.glob("*-s*.json")):
+        variant, seed = path.stem.rsplit("-s", 1)
+        alg = dict(ABLATION_VARIANTS)[variant]
+        out.append((variant, int(seed), alg, json.loads(path.read_text())))
+    order = [v for v, _ in ABLATION_VARIANTS]
+    return sorted(out, key=lambda r: (r[1], order.index(r[0])))
+
+
+def _hit(curve: list[list[float]], target: float) -> str:
+    hit = acc_at(curve, target)
+    return "not reached" if hit is None else f"round {hit['round']}, {hit['bytes'] / 1e6:.1f} MB"
+
+
+def ablation(o: Outputs) -> str:
+    """eq18 vs code vs isolated, each read at the last round every run of the set reached."""
+    runs = _ablation_runs()
+    if not runs:
+        raise FileNotFoundError(f"no ablation runs under {ABLATION}")
+    t = min(int(d["curves"][a][-1][0]) for _, _, a, d in runs)
+    targets = [float(x) for x in runs[0][3]["config"]["targets"]]
+    header = ["variant", "seed", "loss", f"MAUA @ round {t}", f"mean accuracy @ round {t}",
+              *(f"acc@{100 * x:g} % (round, server-eq. bytes)" for x in targets),
+              f"traffic to round {t} (server-eq., incl. indices)"]
+    rows = []
+    for variant, seed, alg, d in runs:
+        curve = [r for r in d["curves"][alg] if int(r[0]) <= t]
+        f = forms_of(d["config"])
+        rows.append([variant, str(seed), "– (β = 0: CE)" if alg == "isolated" else
+                     f"{f['distill_form']}, T = {d['config']['temperature']:g}", _pct(maua_from_curve(curve)), _pct(float(curve[-1][1])),
+                     *(_hit(curve, x) for x in targets),
+                     "0" if alg == "isolated" else f"{int(curve[-1][3]) / 1e6:.1f} MB"])
+    forms = {describe({**d["config"], "distill_form": "eq18"}) for _, _, _, d in runs}
+    if len(forms) != 1:
+        raise ValueError(f"ablation runs differ in more than the loss form: {sorted(forms)}")
+    common = next(iter(forms)).split("; ", 1)[1]
+    provs = "".join(f"\n{variant}, seed {seed}: {_provenance.line(d['provenance'])}\n"
+                    for variant, seed, _, d in runs)
+    return (_table(header, rows) + f"\nMeasured with: {common}; loss as the column says.\n"
+            + provs)
 
 
 TABLES: dict[str, Callable[[Outputs], str]] = {
@@ -221,4 +286,5 @@ TABLES: dict[str, Callable[[Outputs], str]] = {
     "fedcache-last-rounds": last_rounds,
     "fedcache-r": r_ablation,
     "fedcache-gains": gains,
+    "fedcache-ablation": ablation,
 }

@@ -118,6 +118,7 @@ state_dir = {_toml_str(state_dir)}
 # beta = 1.5                   # weight of the KL term towards the teachers
 # temperature = 3.0            # softmax temperature of the KL term
 # neighbours = 16              # neighbours' knowledge averaged per sample
+# form = "code"                # the loss: code (the paper code's) or eq18 (the notes' eq. 18)
 
 # [learning.cordial]: the cordial and sensors modes' settings.
 [learning.cordial]

@@ -35,6 +35,14 @@ app = typer.Typer(
 )
 
 
+def _targets(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        typer.echo(f"error: --targets must be a comma list of fractions, got {text!r}", err=True)
+        raise typer.Exit(2) from None
+
+
 @app.callback(invoke_without_command=True)
 def sim(
     ctx: typer.Context,
@@ -104,6 +112,24 @@ def sim(
                                         "(the daemon's \\[learning.knowledge] neighbours).")] = 16,
     key_dim: Annotated[int, Opt(help="fedcache: sample key width \\[dimensions] (the daemon's "
                                      "\\[learning.knowledge] key_dim).")] = 64,
+    distill_form: Annotated[str, Opt(help="fedcache: loss form \\[choice]: eq18 (the notes' "
+                                          "eq. 18: CE on softmax(f/T) + β·KL(τ(f) ‖ τ(z̄))) or "
+                                          "code (CE + β·T²·KL(τ(z̄) ‖ τ(f)), the paper's code; "
+                                          "the default: eq18 at T = 3 trained worse than "
+                                          "no federation, docs/reproduction.md).")] = "code",
+    local_epoch: Annotated[str, Opt(help="fedcache: local epoch rule \\[choice]: client "
+                                         "(ceil(n_k / batch) steps, each client its own) or "
+                                         "mean (ceil(mean n / batch) for all, the docs' older "
+                                         "runs).")] = "client",
+    round1_knowledge: Annotated[str, Opt(help="fedcache: round-1 knowledge \\[choice]: zero "
+                                              "(eq. 9: round 1 distils towards zero logits) "
+                                              "or none (round 1 is CE only, the docs' older "
+                                              "runs).")] = "zero",
+    index_bytes: Annotated[int, Opt(help="fedcache: bytes of the sample index counted with "
+                                         "each uploaded row \\[bytes] (4: int32; 0: the docs' "
+                                         "older count).")] = 4,
+    targets: Annotated[str, Opt(help="fedcache: comma list of mean-accuracy targets for acc@ "
+                                     "\\[fraction].")] = "0.6,0.7",
     seed: Annotated[int, Opt(help="Seed for data split, init, mobility and batches (the "
                                   "daemon's \\[task] seed).")] = 0,
     out: Annotated[Path, Opt(help="Output folder for metrics and plots.")] = Path("sim-out"),
@@ -197,7 +223,10 @@ def sim(
                       algorithms=names, models=fedcache_model, lr=lr, batch_size=batch_size,
                       beta=beta, temperature=temperature, r=neighbours, key_dim=key_dim,
                       seed=seed, eval_every=eval_every, capacity=cap, tau_max=tau_max,
-                      round_seconds=round_interval_s, out=out, json_output=json_output)
+                      round_seconds=round_interval_s, out=out, json_output=json_output,
+                      distill_form=distill_form, local_epoch=local_epoch,
+                      round1_knowledge=round1_knowledge, index_bytes=index_bytes,
+                      targets=_targets(targets))
         return
     config = SimConfig(
         dataset=dataset,

@@ -4,7 +4,9 @@
 # after every round, so a cut run keeps its curves). Each run is the same as
 #   peerd sim --dataset fashion-mnist --partition dirichlet:1.0 --agents 300 --rounds 400 \
 #     --lr 0.01 --batch-size 8 --beta 1.5 --temperature 3 --neighbours R --key-dim 64 \
-#     --capacity 10 --tau-max 5 --round-interval-s 120 --algorithms ALG --model MODELS
+#     --capacity 10 --tau-max 5 --round-interval-s 120 --algorithms ALG --model MODELS \
+#     --distill-form code --local-epoch mean --round1-knowledge none --index-bytes 0
+# (the forms these runs were measured with, before the paper's became the defaults)
 # run through knowledge_cli directly, so that a machine with torch but without peerd's other
 # dependencies (typer, libp2p) can run it with PYTHONPATH=. (the docs' runs: 16 cores).
 #   OUT=folder [SET=main|extra] [PY=python] [LIMIT=470] [K=300] [CARRY=.devcarry] \
@@ -28,7 +30,8 @@ from peerd.sim.knowledge import knowledge_cli
 knowledge_cli(dataset='fashion-mnist', partition='dirichlet:${6:-1.0}', agents=$K, rounds=400,
   algorithms=('$2',), models='$3', lr=0.01, batch_size=8, beta=1.5, temperature=3.0, r=$4,
   key_dim=64, seed=${5:-0}, eval_every=1, capacity=10, tau_max=5.0, round_seconds=120,
-  out=Path('$OUT/$1'), json_output=True)" > /dev/null 2> "$OUT/$1.err" &
+  out=Path('$OUT/$1'), json_output=True, distill_form='code', local_epoch='mean',
+  round1_knowledge='none', index_bytes=0)" > /dev/null 2> "$OUT/$1.err" &
 }
 if [ "${SET:-main}" = main ]; then
   go fc-homo fedcache large 16

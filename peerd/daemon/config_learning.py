@@ -69,6 +69,15 @@ class KnowledgeConfig:
     temperature: float = 3.0
     #: R: the neighbours' knowledge averaged per sample.
     neighbours: int = 16
+    #: The objective (peerd.core.distill): "code" (the paper code's CE + β·T²·KL(teacher ‖
+    #: student); the default, see that module) or "eq18" (the notes' eq. 18).
+    form: str = "code"
+
+
+#: ``[learning]`` keys whose default differs in ``mode = "knowledge"``: the paper's one local
+#: epoch (``local_steps = 0``: ⌈n / batch_size⌉ steps over the node's n samples), batch 8 and
+#: lr 0.01 (seed fedcache-notes-zh.txt §5.1.1, §5.1.4), where weight mode keeps 10, 32, 0.05.
+KNOWLEDGE_DEFAULTS: dict[str, Any] = {"local_steps": 0, "batch_size": 8, "lr": 0.01}
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +171,7 @@ class LearningConfig:
 SHARED_CHECKS: dict[str, Check] = {
     "tau_max": check_float(0.0), "staleness": check_staleness,
     "capacity": check_int(0, lim.MAX_CAPACITY), "rho": check_float(0.0),
-    "local_steps": check_int(1),
+    "local_steps": check_int(0),
     "batch_size": check_int(1), "lr": check_float(0.0, strict=True), "alpha": check_alpha,
     "epsilon": check_float(0.0), "round_interval_s": check_float(lim.MIN_ROUND_INTERVAL_S),
     "max_silence_s": check_optional(check_float(0.0, strict=True)),
@@ -176,6 +185,7 @@ TABLES: dict[str, tuple[type[Any], dict[str, Check]]] = {
     "knowledge": (KnowledgeConfig, {
         "key_dim": check_int(1, MAX_KEY_DIM), "beta": check_float(0.0),
         "temperature": check_float(0.0, strict=True), "neighbours": check_int(1),
+        "form": check_choice("eq18", "code"),
     }),
     "cordial": (CordialConfig, {
         "images_per_digit": check_int(1, lim.MAX_CORDIAL_IMAGES_PER_DIGIT),
@@ -240,6 +250,8 @@ def read_learning(raw: Any) -> tuple[LearningConfig, list[str]]:
             parsed[new] = check_value(f"[learning] {old}", checks[new], raw[old])
             notices.append(f"[learning] {old} is deprecated: use [learning.{name}] {new}")
         values[name] = cls(**parsed)
+    if ModeName(values.get("mode", ModeName.WEIGHTS)) is ModeName.KNOWLEDGE:
+        values = {**{k: v for k, v in KNOWLEDGE_DEFAULTS.items() if k not in raw}, **values}
     return LearningConfig(**values), notices
 
 
@@ -285,6 +297,9 @@ def check_learning(learning: LearningConfig, task: TaskConfig) -> None:
             raise ConfigError(f"[learning] blend: {learning.blend} needs more than 2f + 2 = "
                               f"{2 * f.f + 2} models, but capacity {learning.capacity} + the own "
                               "model can never hold that many")
+    if learning.local_steps == 0 and learning.mode is not ModeName.KNOWLEDGE:
+        raise ConfigError(f"[learning] local_steps: 0 (one local epoch) is for mode = "
+                          f'"knowledge" only; mode = "{learning.mode.value}" needs >= 1')
     if learning.local_policy == "fedbss":
         _check_fedbss(learning, task)
     MODE_CHECKS[learning.mode](learning, task)

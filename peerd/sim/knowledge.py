@@ -17,8 +17,33 @@ of each client's own best, which is not MAUA); the traffic every method moved.
   large model. Its traffic is every model an exchange actually moved (the daemon's
   Digest/Want fetches only what the merge keeps).
 
-All methods draw the same mini-batches (:func:`peerd.sim.train.draw_batches`). One local
-epoch is ``ceil(mean n_i / B)`` steps for every client: vmap needs one step count.
+All methods draw the same mini-batches (:func:`peerd.sim.train.draw_batches`).
+
+**The paper's forms and the old ones** (each a config key and a ``peerd sim`` flag; a run's
+JSON names all four, and a JSON without them was measured with the old forms,
+:data:`peerd.sim.fedcache_forms.OLD_FORMS`):
+
+* ``distill_form``: ``eq18`` (default) or ``code``, :attr:`peerd.core.distill.Distillation.form`.
+* ``local_epoch``: ``client`` (default): one local epoch is ``ceil(n_k / B)`` steps for client
+  k, each its own count (the last batch tops up from the next shuffle, so it is full);
+  ``mean``: ``ceil(mean n_k / B)`` steps for every client (the old rule; with α = 1 and
+  K = 300 that is 0.46–3.03 of a client's epoch). Cached-DFL's batched trainer needs one step
+  count, so ``cached-dfl`` runs always use ``mean`` (its JSON says so).
+* ``round1_knowledge``: ``zero`` (default): eq. 9 initialises every sample's knowledge to C
+  zeros, so at round 1 every sample has a teacher and τ(0) is uniform; ``none``: round 1
+  trains CE only (the old behaviour: the cache is empty).
+* ``index_bytes``: the width of the sample index uploaded with each row of logits (and with
+  each key at initialisation), §4.1: "私有样本的logits及其索引被上传". 4 (default) is an int32
+  per row, what a K = 300 x 200-sample fleet needs and what an encoder would send; 0 is the
+  old count (float16 logits only). Downlinked teachers carry no index: the server answers the
+  upload in its order. Gossip all-to-all counts it too on every knowledge batch (peerd's
+  knowledge entries carry int32 ``ids``, ``protocol/knowledge.py``) but not on keys (a keys
+  entry's row is its id).
+
+Traffic to a target accuracy (the paper's acc@, Table 5's caption): for each target in
+``targets`` the first evaluated round whose mean client accuracy reaches it and the
+server-equivalent bytes moved by then (``acc_at`` in the JSON; ``null`` when never reached),
+beside the total to the last round.
 Owns this experiment's loop, metrics and traffic accounting; it decides nothing of a round
 (the core round does) and never touches the network.
 """
@@ -39,7 +64,7 @@ import torch
 from torch.func import functional_call
 
 from peerd.core.alpha import AlphaPolicy
-from peerd.core.distill import Distillation, batched_distill_update
+from peerd.core.distill import DISTILL_FORMS, Distillation, DistillForm, batched_distill_update
 from peerd.core.entry import CacheItem, flatten
 from peerd.core.plan import BlendPlan
 from peerd.core.round import Anchor, BlendPolicy, RoundAgent, cached_dfl_round
@@ -49,7 +74,13 @@ from peerd.learn.keys import SampleEncoder
 from peerd.learn.knowcache import KnowledgeBatch, KnowledgeCache
 from peerd.learn.models import build_model, count_parameters
 from peerd.sim.algorithms import CachedDFL, Contacts, agent_meta, origin_id
-from peerd.sim.maua import CURVE_COLUMNS, MAUA_DEFINITION, maua, mean_of_client_best
+from peerd.sim.maua import (
+    CURVE_COLUMNS,
+    MAUA_DEFINITION,
+    acc_at,
+    maua,
+    mean_of_client_best,
+)
 from peerd.sim.runner import SimConfig, mobility_trace
 from peerd.sim.train import draw_batches, matrix_to_stack, model_schema, train_batched
 
@@ -57,6 +88,8 @@ KNOWLEDGE_ALGORITHMS = ("fedcache", "isolated", "cached-dfl")
 MIXED = ("small", "medium", "large")
 #: Bytes of one float16 value on the wire (keys and logits travel as float16).
 F16 = 2
+LOCAL_EPOCHS = ("client", "mean")
+ROUND1_KNOWLEDGE = ("zero", "none")
 
 
 @dataclass(frozen=True)
@@ -75,6 +108,11 @@ class KnowledgeSimConfig:
     key_dim: int = 64
     seed: int = 0
     eval_every: int = 1
+    distill_form: DistillForm = "code"  # peerd.core.distill: eq18 measured worse at T = 3
+    local_epoch: str = "client"
+    round1_knowledge: str = "zero"
+    index_bytes: int = 4
+    targets: tuple[float, ...] = (0.6, 0.7)
     # Cached-DFL's side (the mobility model and its cache)
     capacity: int = 10
     tau_max: float = 5.0
@@ -92,7 +130,20 @@ class KnowledgeSimConfig:
         if self.models != "mixed" and self.models not in MIXED:
             raise ValueError(f"--model must be small, medium, large or mixed in fedcache runs, "
                              f"got {self.models!r}")
-        Distillation(self.beta, self.temperature, self.r)  # validates
+        if self.distill_form not in DISTILL_FORMS:
+            raise ValueError(f"--distill-form must be one of {', '.join(DISTILL_FORMS)}, got "
+                             f"{self.distill_form!r}")
+        if self.local_epoch not in LOCAL_EPOCHS:
+            raise ValueError(f"--local-epoch must be one of {', '.join(LOCAL_EPOCHS)}, got "
+                             f"{self.local_epoch!r}")
+        if self.round1_knowledge not in ROUND1_KNOWLEDGE:
+            raise ValueError(f"--round1-knowledge must be one of {', '.join(ROUND1_KNOWLEDGE)}"
+                             f", got {self.round1_knowledge!r}")
+        if self.index_bytes not in (0, 1, 2, 4, 8):
+            raise ValueError(f"--index-bytes must be 0, 1, 2, 4 or 8, got {self.index_bytes}")
+        if not all(0 < t <= 1 for t in self.targets):
+            raise ValueError(f"--targets must be accuracies in (0, 1], got {self.targets}")
+        Distillation(self.beta, self.temperature, self.r, self.distill_form)  # validates
 
     def model_of(self, agent: int) -> str:
         return MIXED[agent % 3] if self.models == "mixed" else self.models
@@ -112,6 +163,7 @@ def config_json(config: KnowledgeSimConfig) -> dict[str, Any]:
         else:
             out[_JSON_NAMES.get(name, name)] = value
     out["algorithms"] = list(config.algorithms)
+    out["targets"] = list(config.targets)
     return out
 
 
@@ -127,12 +179,14 @@ class KnowledgeResult:
     #: per algorithm: the mean over clients of each client's best round (not MAUA)
     mean_of_client_best: dict[str, float] = field(default_factory=dict)
     traffic: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: per algorithm, per target (as text): the first round reaching it and the bytes by then
+    acc_at: dict[str, dict[str, dict[str, int] | None]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         return {"config": config_json(self.config), "maua_definition": MAUA_DEFINITION,
                 "maua": self.maua, "mean_of_client_best": self.mean_of_client_best,
-                "traffic_bytes": self.traffic, "info": self.info,
+                "traffic_bytes": self.traffic, "acc_at": self.acc_at, "info": self.info,
                 "curve_columns": list(CURVE_COLUMNS),
                 "curves": {a: [list(row) for row in c] for a, c in self.curves.items()}}
 
@@ -165,7 +219,8 @@ class _Setup:
     y_test: torch.Tensor
     train: list[np.ndarray]
     test: list[np.ndarray]
-    steps: int
+    steps: int | list[int]  # one count for every client, or each client's own
+    mean_steps: int
     num_classes: int
     input_shape: tuple[int, ...]
 
@@ -177,9 +232,12 @@ def _setup(config: KnowledgeSimConfig) -> _Setup:
                       np.random.default_rng(seeds[0]))
     tests = client_test_split(parts, data.y_train.numpy(), data.y_test.numpy(),
                        np.random.default_rng(seeds[1]))
-    steps = math.ceil(np.mean([len(p) for p in parts]) / config.batch_size)
+    mean_steps = math.ceil(np.mean([len(p) for p in parts]) / config.batch_size)
+    steps: int | list[int] = mean_steps
+    if config.local_epoch == "client":
+        steps = [math.ceil(len(p) / config.batch_size) for p in parts]
     return _Setup(data.x_train, data.y_train, data.x_test, data.y_test, parts, tests, steps,
-                  data.num_classes, data.input_shape)
+                  mean_steps, data.num_classes, data.input_shape)
 
 
 # ------------------------------------------------------------------ models as stacks
@@ -251,15 +309,27 @@ class _KnowledgeOps:
             for size in np.unique(sizes):
                 local = np.flatnonzero(sizes == size)
                 sel = torch.from_numpy(local)
-                idx = torch.stack([self.batches[g.members[i]] for i in local], dim=1)  # [K,g,b]
+                own = [self.batches[g.members[i]] for i in local]
+                counts = torch.tensor([b.shape[0] for b in own])
+                longest = int(counts.max())
+                # Pad to the longest epoch with its first rows: padding is never trained on.
+                idx = torch.stack([b if b.shape[0] == longest else
+                                   torch.cat([b, b[:1].expand(longest - b.shape[0], -1)])
+                                   for b in own], dim=1)  # [K, g, b]
                 stack = {n: t[sel] for n, t in g.stack.items()}
                 new, loss = batched_distill_update(
                     g.model, stack, self.setup.x[idx], self.setup.y[idx], self.teacher[idx],
-                    self.has[idx], lr=self.lr, policy=policy)
+                    self.has[idx], lr=self.lr, policy=policy,
+                    steps_per_agent=None if bool((counts == longest).all()) else counts)
                 for n in g.stack:
                     g.stack[n][sel] = new[n]
                 losses[torch.tensor([g.members[i] for i in local])] = loss
         return losses
+
+
+def _acc_at(curve: Sequence[Sequence[float]], targets: Sequence[float]
+            ) -> dict[str, dict[str, int] | None]:
+    return {f"{t:g}": acc_at(curve, t) for t in targets}
 
 
 def _metrics(evals: Sequence[np.ndarray]) -> dict[str, float]:
@@ -275,7 +345,7 @@ Tick = Callable[[int, dict[str, Any]], None]
 def _run_knowledge(config: KnowledgeSimConfig, setup: _Setup, beta: float,
                    progress: Tick) -> dict[str, Any]:
     groups = _groups(config, setup)
-    policy = Distillation(beta, config.temperature, config.r)
+    policy = Distillation(beta, config.temperature, config.r, config.distill_form)
     encoder = SampleEncoder(b"peerd-sim", setup.input_shape, config.key_dim)
     keys = [encoder.encode(setup.x[torch.from_numpy(p)].numpy()) for p in setup.train]
     labels = [setup.y[torch.from_numpy(p)].numpy() for p in setup.train]
@@ -284,15 +354,19 @@ def _run_knowledge(config: KnowledgeSimConfig, setup: _Setup, beta: float,
     evals: list[np.ndarray] = []
     curve: list[tuple[int, float, float, int]] = []
     samples = sum(len(p) for p in setup.train)
-    # Traffic, server-equivalent (the paper's count): every key once up, then per round every
-    # sample's logits up and its teacher down. Gossip all-to-all (peerd without a server):
-    # every origin's batch to each of the K - 1 others, keys once, logits every round.
+    # Traffic, server-equivalent (the paper's count): every key once up with its label and
+    # index, then per round every sample's logits and index up and its teacher down (round 1
+    # too when eq. 9's zeros are the teachers). Gossip all-to-all (peerd without a server):
+    # every origin's batch to each of the K - 1 others, keys once (a row is its id), logits
+    # with their ids every round (the knowledge entry's int32 ids).
     key_bytes = samples * (config.key_dim * F16 + 1)  # + a label byte per sample
     logit_bytes = samples * setup.num_classes * F16
+    up_bytes = logit_bytes + samples * config.index_bytes
     server = gossip = 0
     distilling = beta > 0
+    zero_first = distilling and config.round1_knowledge == "zero"
     if distilling:
-        server += key_bytes
+        server += key_bytes + samples * config.index_bytes
         gossip += key_bytes * (config.agents - 1)
     agents = [RoundAgent(agent_meta(a, 0, len(p)), ()) for a, p in enumerate(setup.train)]
     for t in range(config.rounds):
@@ -306,6 +380,9 @@ def _run_knowledge(config: KnowledgeSimConfig, setup: _Setup, beta: float,
                 teacher[idx] = torch.from_numpy(z)
                 has[idx] = torch.from_numpy(count > 0)
             server += logit_bytes  # the teachers, down
+        elif zero_first and t == 0:
+            has[:] = True  # eq. 9: every sample's knowledge starts as C zeros (τ(0) uniform)
+            server += logit_bytes  # the zeros, down (the server answers every upload)
         batches = draw_batches(setup.train, setup.steps, config.batch_size, config.seed, t)
         ops = _KnowledgeOps(groups, setup, batches, teacher, has, config.lr)
         cached_dfl_round(agents, clock=Clock.rounds(t), policy=AlphaPolicy.parse("uniform"),
@@ -318,13 +395,13 @@ def _run_knowledge(config: KnowledgeSimConfig, setup: _Setup, beta: float,
                     z16 = g.logits(i, setup.x[rows]).numpy().astype(np.float16)
                     cache.put(KnowledgeBatch(origin_id(a), t + 1, float(t + 1), keys[a],
                                              labels[a], z16.astype(np.float32)))
-            server += logit_bytes
-            gossip += logit_bytes * (config.agents - 1)
+            server += up_bytes
+            gossip += up_bytes * (config.agents - 1)
         if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
             evals.append(_evaluate(groups, setup, config.agents))
             curve.append((t + 1, float(np.nanmean(evals[-1])),
                           mean_of_client_best(evals), server))
-        out = {"curve": curve, **_metrics(evals),
+        out = {"curve": curve, **_metrics(evals), "acc_at": _acc_at(curve, config.targets),
                "traffic": {"server_equivalent": server, "gossip_all_to_all": gossip},
                "parameters": {g.kind: g.params_count for g in groups},
                "index_rebuilds": cache.rebuilds, "rounds_done": t + 1}
@@ -379,7 +456,8 @@ def _run_cached_dfl(config: KnowledgeSimConfig, setup: _Setup,
     evals: list[np.ndarray] = []
     curve: list[tuple[int, float, float, int]] = []
     for t in range(config.rounds):
-        batches = draw_batches(setup.train, setup.steps, config.batch_size, config.seed, t)
+        # vmap over the fleet's flat matrix needs one step count: the mean rule, always.
+        batches = draw_batches(setup.train, setup.mean_steps, config.batch_size, config.seed, t)
 
         def trainer(m: torch.Tensor, b: list[torch.Tensor] = batches
                     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -401,7 +479,8 @@ def _run_cached_dfl(config: KnowledgeSimConfig, setup: _Setup,
             evals.append(_evaluate([group], setup, config.agents))
             curve.append((t + 1, float(np.nanmean(evals[-1])), mean_of_client_best(evals),
                           fleet.moved * fleet.model_bytes))
-        out = {"curve": curve, **_metrics(evals),
+        out = {"curve": curve, **_metrics(evals), "acc_at": _acc_at(curve, config.targets),
+               "local_epoch": "mean",
                "traffic": {"exchanged": fleet.moved * fleet.model_bytes,
                            "models_moved": fleet.moved},
                "parameters": {"large": schema.flat_size}, "rounds_done": t + 1}
@@ -425,7 +504,8 @@ def run_knowledge(config: KnowledgeSimConfig,
     result = KnowledgeResult(config)
     result.info = {"train_samples_per_client_mean": float(np.mean([len(p) for p in setup.train])),
                    "test_samples_per_client_mean": float(np.mean([len(p) for p in setup.test])),
-                   "local_steps_per_round": setup.steps, "seconds": {}}
+                   "local_steps_per_round": setup.steps,
+                   "local_steps_mean_rule": setup.mean_steps, "seconds": {}}
     for alg in config.algorithms:
         start = time.perf_counter()
 
@@ -435,6 +515,7 @@ def run_knowledge(config: KnowledgeSimConfig,
             result.maua[alg] = rest.pop("maua")
             result.mean_of_client_best[alg] = rest.pop("mean_of_client_best")
             result.traffic[alg] = rest.pop("traffic")
+            result.acc_at[alg] = rest.pop("acc_at")
             result.info[alg] = rest
             result.info["seconds"][alg] = round(time.perf_counter() - start, 1)
             if progress is not None:
@@ -453,7 +534,9 @@ def knowledge_cli(*, dataset: str, partition: str, agents: int, rounds: int,
                   algorithms: tuple[str, ...], models: str, lr: float, batch_size: int,
                   beta: float, temperature: float, r: int, key_dim: int, seed: int,
                   eval_every: int, capacity: int, tau_max: float, round_seconds: int,
-                  out: Path, json_output: bool) -> None:
+                  out: Path, json_output: bool, distill_form: str = "code",
+                  local_epoch: str = "client", round1_knowledge: str = "zero",
+                  index_bytes: int = 4, targets: tuple[float, ...] = (0.6, 0.7)) -> None:
     """``peerd sim --algorithms fedcache,...``: run, write ``out/fedcache.json``, print.
 
     Start-up errors are one line on stderr and exit 2."""
@@ -465,7 +548,9 @@ def knowledge_cli(*, dataset: str, partition: str, agents: int, rounds: int,
             dataset=dataset, agents=agents, rounds=rounds, dirichlet=alpha, models=models,
             algorithms=algorithms, lr=lr, batch_size=batch_size, beta=beta,
             temperature=temperature, r=r, key_dim=key_dim, seed=seed, eval_every=eval_every,
-            capacity=capacity, tau_max=tau_max, round_seconds=round_seconds)
+            capacity=capacity, tau_max=tau_max, round_seconds=round_seconds,
+            distill_form=distill_form, local_epoch=local_epoch,  # type: ignore[arg-type]
+            round1_knowledge=round1_knowledge, index_bytes=index_bytes, targets=targets)
         config.validate()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -499,4 +584,7 @@ def knowledge_cli(*, dataset: str, partition: str, agents: int, rounds: int,
               f"{100 * result.mean_of_client_best[alg]:.2f} %)  traffic "
               + ", ".join(f"{k} {v / 1e9:.4f} GB" for k, v in result.traffic[alg].items()
                           if k.endswith(("equivalent", "all", "exchanged"))))
+        for goal, hit in result.acc_at[alg].items():
+            print(f"{'':>10}  acc@{goal}: " + ("not reached" if hit is None else
+                  f"round {hit['round']}, {hit['bytes'] / 1e9:.4f} GB"))
     print(f"wrote {out / 'fedcache.json'}")

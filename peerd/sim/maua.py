@@ -67,3 +67,12 @@ def maua_from_curve(curve: Sequence[Sequence[float]], upto: int | None = None) -
     if not means:
         raise ValueError(f"no evaluated round <= {upto}")
     return max(means)
+
+
+def acc_at(curve: Sequence[Sequence[float]], target: float) -> dict[str, int] | None:
+    """The paper's acc@ (§5.1.2, Table 5's caption): the first evaluated round whose mean
+    client accuracy reaches ``target`` and the curve's bytes by then; None if none does."""
+    for row in curve:
+        if float(row[1]) >= target:
+            return {"round": int(row[0]), "bytes": int(row[3])}
+    return None

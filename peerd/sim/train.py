@@ -71,15 +71,17 @@ def agent_generator(seed: int, round_index: int, agent: int) -> torch.Generator:
 
 def draw_batches(
     agent_indices: Sequence[np.ndarray],
-    steps: int,
+    steps: int | Sequence[int],
     batch_size: int,
     seed: int,
     round_index: int,
 ) -> list[torch.Tensor]:
-    """Per agent, ``[steps, b]`` indices into the training set (``b = min(batch, n_i)``)."""
+    """Per agent, ``[steps, b]`` indices into the training set (``b = min(batch, n_i)``);
+    ``steps`` is one count for every agent or each agent's own."""
     out = []
     for a, idx in enumerate(agent_indices):
-        local = sample_batches(len(idx), batch_size, steps, agent_generator(seed, round_index, a))
+        k = steps if isinstance(steps, int) else steps[a]
+        local = sample_batches(len(idx), batch_size, k, agent_generator(seed, round_index, a))
         out.append(torch.from_numpy(idx)[local])
     return out
 

@@ -17,6 +17,7 @@ from peerd.core.distill import (
     batched_distill_update,
     distill_local_update,
     distill_loss,
+    eq18_kl_rows,
     kl_rows,
 )
 from peerd.core.local_update import batched_local_update, local_update, sample_batches
@@ -58,13 +59,58 @@ def test_rows_without_a_teacher_contribute_cross_entropy_only() -> None:
     student = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
     target = torch.tensor([0, 1])
     teacher = torch.tensor([[0.0, 5.0], [9.0, 0.0]])
-    policy = Distillation(beta=1.5, temperature=1.0)
+    policy = Distillation(beta=1.5, temperature=1.0, form="code")
     ce = nn.functional.cross_entropy(student, target)
     none = distill_loss(student, target, teacher, torch.tensor([False, False]), policy)
     assert torch.equal(none, ce)
     one = distill_loss(student, target, teacher, torch.tensor([True, False]), policy)
     kl0 = kl_rows(student[:1], teacher[:1], 1.0)[0]
     assert one.item() == pytest.approx((ce + 1.5 * kl0 / 2).item(), rel=1e-6)
+
+
+def test_eq18_by_hand() -> None:
+    # Student (ln 3, 0), teacher (0, 0), label 1, T = 2: τ(f) = (√3, 1)/(1 + √3), τ(z̄) = ½.
+    # CE(τ(f), 1) = −ln(1/(1 + √3)); KL(τ(f) ‖ τ(z̄)) = Σ τ(f) ln(2 τ(f)); no T² factor.
+    student = torch.tensor([[math.log(3.0), 0.0]])
+    teacher = torch.zeros(1, 2)
+    s3 = math.sqrt(3.0)
+    p = (s3 / (1 + s3), 1 / (1 + s3))
+    ce = -math.log(p[1])
+    kl = p[0] * math.log(2 * p[0]) + p[1] * math.log(2 * p[1])
+    assert eq18_kl_rows(student, teacher, 2.0).item() == pytest.approx(kl, abs=1e-6)
+    policy = Distillation(beta=1.5, temperature=2.0, form="eq18")
+    got = distill_loss(student, torch.tensor([1]), teacher, torch.tensor([True]), policy)
+    assert got.item() == pytest.approx(ce + 1.5 * kl, abs=1e-6)
+    # The code form of the same row: CE at T = 1 plus 4 · KL(τ(z̄) ‖ τ(f)).
+    code = Distillation(beta=1.5, temperature=2.0, form="code")
+    other = distill_loss(student, torch.tensor([1]), teacher, torch.tensor([True]), code)
+    reverse = 0.5 * math.log(0.5 / p[0]) + 0.5 * math.log(0.5 / p[1])
+    assert other.item() == pytest.approx(math.log(4.0) + 1.5 * 4 * reverse, abs=1e-6)
+    # A row without a teacher: eq. 18's CE term only, at temperature T.
+    alone = distill_loss(student, torch.tensor([1]), teacher, torch.tensor([False]), policy)
+    assert alone.item() == pytest.approx(ce, abs=1e-6)
+
+
+def test_the_two_forms_have_different_gradients() -> None:
+    g = torch.Generator().manual_seed(3)
+    student = (4 * torch.randn(16, 10, generator=g)).requires_grad_()
+    teacher = 4 * torch.randn(16, 10, generator=g)
+    target = torch.randint(0, 10, (16,), generator=g)
+    has = torch.ones(16, dtype=torch.bool)
+    grads = []
+    for form in ("eq18", "code"):
+        policy = Distillation(beta=1.5, temperature=3.0, form=form)
+        (grad,) = torch.autograd.grad(distill_loss(student, target, teacher, has, policy),
+                                      student)
+        grads.append(grad.flatten())
+    cos = torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0).item()
+    assert cos < 0.95
+    assert not torch.allclose(grads[0], grads[1], rtol=0.1, atol=1e-4)
+
+
+def test_unknown_form_is_refused() -> None:
+    with pytest.raises(ValueError, match="form must be"):
+        Distillation(form="hinton")  # type: ignore[arg-type]
 
 
 def data(n: int = 40, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,13 +123,15 @@ def net(seed: int = 0) -> nn.Module:
     return nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
 
 
-def test_beta_zero_is_plain_cross_entropy_training_bit_for_bit() -> None:
+@pytest.mark.parametrize("form", ["eq18", "code"])
+def test_beta_zero_is_plain_cross_entropy_training_bit_for_bit(form: str) -> None:
     X, y = data()
     teacher = torch.randn(40, 3)
     counts = torch.full((40,), 4)
     a, b = net(), net()
+    policy = Distillation(beta=0.0, form=form)  # type: ignore[arg-type]
     distill_local_update(a, X, y, teacher, counts, steps=7, batch_size=8, lr=0.05,
-                         policy=Distillation(beta=0.0), generator=torch.Generator().manual_seed(1))
+                         policy=policy, generator=torch.Generator().manual_seed(1))
     local_update(b, X, y, steps=7, batch_size=8, lr=0.05, rho=0.0, loss="cross_entropy",
                  generator=torch.Generator().manual_seed(1))
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
@@ -150,20 +198,43 @@ def test_batched_beta_zero_equals_the_batched_local_update_bit_for_bit() -> None
     assert torch.equal(la, lb)
 
 
-def test_batched_distillation_matches_one_model_at_a_time() -> None:
+@pytest.mark.parametrize("form", ["eq18", "code"])
+def test_batched_distillation_matches_one_model_at_a_time(form: str) -> None:
     X, y = data()
     model, stack = _stacked(2)
     gens = [torch.Generator().manual_seed(a) for a in range(2)]
     idx = torch.stack([sample_batches(40, 8, 4, g) for g in gens], dim=1)
     teacher = torch.randn(40, 3)
     counts = torch.randint(0, 3, (40,))
-    policy = Distillation(beta=1.5)
+    policy = Distillation(beta=1.5, form=form)  # type: ignore[arg-type]
     out, _ = batched_distill_update(model, stack, X[idx], y[idx], teacher[idx],
                                     (counts > 0)[idx], lr=0.05, policy=policy)
     for a in range(2):
         single = net(a)
         distill_local_update(single, X, y, teacher, counts, steps=4, batch_size=8, lr=0.05,
                              policy=policy, generator=torch.Generator().manual_seed(a))
+        for n, p in single.named_parameters():
+            torch.testing.assert_close(out[n][a], p.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_each_agent_takes_its_own_step_count() -> None:
+    X, y = data()
+    model, stack = _stacked(3)
+    steps = [5, 2, 0]
+    gens = [torch.Generator().manual_seed(a) for a in range(3)]
+    idx = torch.stack([sample_batches(40, 8, 5, g) for g in gens], dim=1)
+    teacher = torch.randn(40, 3)
+    counts = torch.randint(0, 3, (40,))
+    policy = Distillation(beta=1.5)
+    out, loss = batched_distill_update(model, stack, X[idx], y[idx], teacher[idx],
+                                       (counts > 0)[idx], lr=0.05, policy=policy,
+                                       steps_per_agent=torch.tensor(steps))
+    assert math.isnan(loss[2].item())
+    assert not math.isnan(loss[1].item())
+    for a in range(3):
+        single = net(a)
+        distill_local_update(single, X, y, teacher, counts, steps=steps[a], batch_size=8,
+                             lr=0.05, policy=policy, generator=torch.Generator().manual_seed(a))
         for n, p in single.named_parameters():
             torch.testing.assert_close(out[n][a], p.detach(), rtol=1e-5, atol=1e-6)
 

@@ -50,7 +50,7 @@ def test_knowledge_mode_with_a_model_per_node() -> None:
     ({"learning": {"knowledge": {"temperature": 0}}}, "[learning.knowledge] temperature: must"),
     ({"learning": {"knowledge": {"beta": -1}}}, "[learning.knowledge] beta: must be"),
     ({"learning": {"knowledge": {"distill_beta": 1.0}}},
-     "[learning.knowledge] distill_beta: unknown key (known: beta, key_dim, neighbours, "
+     "[learning.knowledge] distill_beta: unknown key (known: beta, form, key_dim, neighbours, "
      "temperature)"),
     ({"learning": {"knowledge": 3}}, "[learning.knowledge] must be a table, got 3"),
     # The deprecated flat spellings are checked as before, named as written.
@@ -89,3 +89,25 @@ def test_a_key_in_both_spellings_is_an_error_naming_both() -> None:
         loads_config(doc(learning={"distill_beta": 1.0, "knowledge": {"beta": 2.0}}))
     assert str(info.value) == ("[learning] distill_beta and [learning.knowledge] beta are one "
                                "setting: keep [learning.knowledge] beta only")
+
+
+def test_knowledge_mode_takes_the_papers_training_defaults() -> None:
+    # The paper (§5.1.1, §5.1.4): one local epoch, batch 8, lr 0.01; weight mode keeps its own.
+    knowledge = loads_config(doc(learning={"mode": "knowledge"})).learning
+    assert (knowledge.local_steps, knowledge.batch_size, knowledge.lr) == (0, 8, 0.01)
+    assert knowledge.knowledge.form == "code"  # eq18 trained worse (peerd.core.distill)
+    weights = loads_config(doc()).learning
+    assert (weights.local_steps, weights.batch_size, weights.lr) == (10, 32, 0.05)
+    # A key the file sets is the file's, in either mode.
+    mine = loads_config(doc(learning={"mode": "knowledge", "lr": 0.1, "local_steps": 3,
+                                      "knowledge": {"form": "eq18"}})).learning
+    assert (mine.local_steps, mine.batch_size, mine.lr, mine.knowledge.form) == (3, 8, 0.1,
+                                                                                 "eq18")
+
+
+def test_one_epoch_steps_are_knowledge_modes_only() -> None:
+    with pytest.raises(ConfigError, match=r'local_steps: 0 \(one local epoch\) is for mode = '
+                                          r'"knowledge" only'):
+        loads_config(doc(learning={"local_steps": 0}))
+    with pytest.raises(ConfigError, match="form: must be one of eq18, code"):
+        loads_config(doc(learning={"mode": "knowledge", "knowledge": {"form": "kd"}}))

@@ -66,3 +66,37 @@ def test_the_gains_are_the_differences_of_the_shown_figures() -> None:
         for a, b, g in ((fc, iso, gain), (fc_best, iso_best, gain_best)):
             shown = float(a.rstrip(" %")) - float(b.rstrip(" %"))
             assert abs(float(g) - shown) <= 0.0151  # cells and gain are each rounded to 0.01
+
+
+def test_every_older_table_says_it_was_measured_with_the_old_forms() -> None:
+    # The committed runs' configs predate the forms' keys: the renderer must not call them
+    # eq. 18 runs (the simulator's default now).
+    for name in ("fedcache-homogeneous", "fedcache-mixed", "fedcache-mnist",
+                 "fedcache-last-rounds", "fedcache-r", "fedcache-gains"):
+        block = marked_tables(reproduce.REPORT.read_text())[name]
+        assert ("Measured with: loss code (CE + β·T²·KL(τ(z̄) ‖ τ(f))); epoch ceil(mean n / B) "
+                "steps for all; round-1 knowledge none (CE only); traffic float16 logits no "
+                "index.") in block, name
+
+
+def test_the_ablation_table_is_its_runs_curves() -> None:
+    header, _, *body = _rows("fedcache-ablation")
+    t = int(header[3].rsplit(" ", 1)[1])
+    assert body
+    for variant, seed, loss, maua, mean, at60, at70, total in body:
+        data = json.loads((FEDCACHE / "fedcache-ablation" / f"{variant}-s{seed}.json")
+                          .read_text())
+        alg = data["config"]["algorithms"][0]
+        assert data["config"]["local_epoch"] == "client"
+        assert data["config"]["round1_knowledge"] == "zero"
+        form = f"{data['config']['distill_form']}, T = {data['config']['temperature']:g}"
+        assert loss == (form if alg == "fedcache" else "– (β = 0: CE)")
+        curve = [r for r in data["curves"][alg] if r[0] <= t]
+        assert curve[-1][0] == t
+        assert maua == _pct(max(r[1] for r in curve))
+        assert mean == _pct(curve[-1][1])
+        for cell, target in ((at60, 0.6), (at70, 0.7)):
+            hit = next((r for r in curve if r[1] >= target), None)
+            assert cell == ("not reached" if hit is None else
+                            f"round {hit[0]}, {hit[3] / 1e6:.1f} MB")
+        assert total == ("0" if alg == "isolated" else f"{curve[-1][3] / 1e6:.1f} MB")

@@ -39,6 +39,11 @@ ROUNDS = 10
 LEARNING = {"mode": "knowledge", "round_interval_s": 2.0, "local_steps": 5, "batch_size": 32,
             "lr": 0.05, "distill_beta": 4.0, "distill_temperature": 2.0, "distill_r": 16,
             "capacity": 2}
+# Every node runs [learning.knowledge] form = "code" (set below, beside its model): the
+# paper code's loss, CE + β·T²·KL(teacher ‖ student), which this test was written and tuned for:
+# with eq. 18 as written (knowledge mode's default since issue 28) and these steps, lr, β and
+# T every model learns far slower (measured: mean val accuracy 0.35 / 0.21 / 0.12 with peers
+# against 0.30 / 0.22 / 0.09 alone), so "beats learning alone" does not hold for every model.
 #: Six Dirichlet(1.0) slices of digits, nodes 0-2: ~300 label-skewed samples each, where a
 #: node alone sees some digits rarely (measured: the knowledge gain is largest there).
 TASK = {"name": "digits", "partition": "dirichlet:1.0", "node_count": 6}
@@ -61,7 +66,7 @@ def alone(node: Node, index: int, model: str, rounds: int) -> list[float]:
     schema, encoder = knowledge_schema(b"\0" * 16, task, net, key_dim=64, max_samples=16384)
     keys = encode_keys(encoder, data.X_train)
     cache = KnowledgeCache(64, schema.num_classes)
-    policy = Distillation(beta=4.0, temperature=2.0, r=16)
+    policy = Distillation(beta=4.0, temperature=2.0, r=16, form="code")
     out = []
     for r in range(rounds):
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{r}".encode()).digest()[:8])
@@ -78,7 +83,8 @@ def test_three_architectures_share_knowledge_and_beat_learning_alone(
 ) -> None:
     nodes = make_fleet(tmp_path, 3, hosts=lan(3), mdns=True, learning=LEARNING, task=TASK)
     for node, model in zip(nodes, MODELS, strict=True):
-        write_overrides(node.config, task={"model": model})
+        write_overrides(node.config, task={"model": model},
+                        **{"learning.knowledge": {"form": "code"}})
     start(nodes, running)
 
     def settled() -> bool:

@@ -23,7 +23,8 @@ TINY = ["sim", "--agents", "3", "--rounds", "1", "--local-steps", "1", "--blocks
 #: the same on either, so summary.json must not name it).
 NOT_IN_CONFIG = {"out", "no_plots", "json_output", "engine", "address", "workers"}
 #: FedCache's own options: a weight run has no use for them.
-KNOWLEDGE_ONLY = {"beta", "temperature", "neighbours", "key_dim"}
+KNOWLEDGE_ONLY = {"beta", "temperature", "neighbours", "key_dim", "distill_form", "local_epoch",
+                  "round1_knowledge", "index_bytes", "targets"}
 
 
 def _options() -> dict[str, Any]:

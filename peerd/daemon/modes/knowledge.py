@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from typing import Protocol
 
 import numpy as np
@@ -77,7 +78,11 @@ class KnowledgeMode:
         self.cache = KnowledgeCache(learning.knowledge.key_dim, self.schema.num_classes)
         self.policy = Distillation(beta=learning.knowledge.beta,
                                    temperature=learning.knowledge.temperature,
-                                   r=learning.knowledge.neighbours)
+                                   r=learning.knowledge.neighbours,
+                                   form=learning.knowledge.form)  # type: ignore[arg-type]
+        # local_steps = 0 (knowledge mode's default): one local epoch, ⌈n / batch⌉ steps.
+        self.steps = learning.local_steps or math.ceil(len(self.data.y_train)
+                                                       / learning.batch_size)
         # What the model learned survives a restart: the learner file, saved every round.
         self.learner = learnerstate.KnowledgeLearner(daemon.model, task=cfg.task.name,
                                                      model_name=cfg.task.model)
@@ -95,7 +100,7 @@ class KnowledgeMode:
                  for r in node.batches()]
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
         inp = KnowledgeRoundInput(own_id=node.id, clock=node.clock(now), peers=peers,
-                                  policy=self.policy, steps=learning.local_steps,
+                                  policy=self.policy, steps=self.steps,
                                   batch_size=learning.batch_size, lr=learning.lr, seed=seed)
         out: KnowledgeRoundOutput = await trio.to_thread.run_sync(
             run_knowledge_round, d.model, self.data, self.keys, self.cache, inp, self.rows)
