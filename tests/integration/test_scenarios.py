@@ -162,9 +162,15 @@ def test_2_relay_over_a_line_keeps_the_origin_signature(
     assert e["received_from"] == b.id
     assert e["verified"] is True
     assert entry(sa, c.id)["received_from"] == b.id
-    # a and c never talked: neither discovered nor connected to the other.
-    assert peer(sc, a.id) is None
-    assert peer(sa, c.id) is None
+    # a and c never talked: neither discovered the other, and though b handed each the
+    # other's signed address record (address exchange), they share no link, so neither
+    # connected to nor held a session with the other.
+    for s, other in ((sc, a), (sa, c)):
+        p = peer(s, other.id)
+        if p is not None:
+            assert p["source"] == "exchanged", p
+            assert not p["connected"], p
+            assert p["sessions"] == 0, p
     assert sc["rejected"] == {}
     assert sa["rejected"] == {}
 
