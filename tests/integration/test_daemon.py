@@ -56,6 +56,15 @@ def test_two_daemons_in_namespaces_find_each_other_by_mdns(
     start((a, b), running)
     wait_for(lambda: b.id in cached_origins(a) and a.id in cached_origins(b), 120,
              "mDNS discovery and an entry swap both ways", [a, b])
+
+    def source(n: Node, other: Node) -> str | None:
+        row = next((p for p in status(n)["peers"] if p["id"] == other.id), None)
+        return None if row is None else str(row["source"])
+
+    # Whoever dialled first, the other may know it from that session (its address record:
+    # "exchanged") until its own mDNS browser resolves the record; then the LAN's word wins.
+    wait_for(lambda: source(a, b) == "mdns" and source(b, a) == "mdns", 60,
+             "each to list the other as found by mDNS", [a, b])
     s = status(a)
     peer = next(p for p in s["peers"] if p["id"] == b.id)
     assert peer["source"] == "mdns"

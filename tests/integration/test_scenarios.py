@@ -110,6 +110,15 @@ def test_1_discovery_three_hosts_find_each_other_by_mdns_alone(
 
     wait_for(complete, 30, "each host to hold both others' entries, found by mDNS", nodes)
     print(f"\nscenario 1: full mesh by mDNS {time.monotonic() - t0:.1f} s after all ready")
+
+    def by_mdns() -> bool:
+        # The third host may have handed two hosts each other's address records (address
+        # exchange) before either's browser resolved the other: wait for the LAN's word.
+        views = {n.id: {p["id"]: p["source"] for p in status(n)["peers"]} for n in nodes}
+        return all("mdns" in {views[n.id].get(o.id), views[o.id].get(n.id)}
+                   for n in nodes for o in nodes if o is not n)
+
+    wait_for(by_mdns, 60, "every pair to have found each other by mDNS", nodes)
     for n in nodes:
         s = status(n)
         for o, other_host in zip(nodes, hosts, strict=True):
@@ -127,7 +136,7 @@ def test_1_discovery_three_hosts_find_each_other_by_mdns_alone(
         # No static peers were configured: mDNS alone found them (each pair: at least one
         # side from the other's record, the other side may know it from the inbound dial
         # that followed, and from that session's address exchange until its own mDNS record
-        # arrives), and nobody was refused.
+        # arrives; see the wait above), and nobody was refused.
         for o in nodes:
             if o is not n:
                 mine, theirs = peer(s, o.id), peer(status(o), n.id)
