@@ -17,20 +17,17 @@ of import cost or memory is not disturbed by its own bookkeeping.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import shlex
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# The record itself (and its machine and git readings) is the simulator's, shared.
+from peerd.sim.provenance import MAX_DIRTY_PATHS, GitState, git, jsonable
+from peerd.sim.provenance import Started as Started  # what benchmarks annotate with
+
 ROOT = Path(__file__).resolve().parent.parent
-#: At most this many changed paths are listed with ``dirty`` (the flag says the rest).
-MAX_DIRTY_PATHS = 20
 
 
 def expanded_argv(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
@@ -98,68 +95,18 @@ def _entry() -> list[str]:
 
 
 def _git(*argv: str) -> str:
-    return subprocess.run(["git", "-C", str(ROOT), *argv], capture_output=True, text=True,
-                          check=True).stdout
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-@dataclass(frozen=True)
-class Started:
-    """A run's provenance as far as it is known at its start."""
-
-    commit: str
-    dirty: bool
-    dirty_paths: tuple[str, ...]
-    command: tuple[str, ...]
-    args: dict[str, Any]
-    date: str
-    t0: float
-
-    def record(self) -> dict[str, Any]:
-        """The JSON-able provenance, with the machine and the wall time so far."""
-        import torch  # only now: after the measurements
-
-        return {
-            "commit": self.commit,
-            "dirty": self.dirty,
-            "dirty_paths": list(self.dirty_paths),
-            "command": list(self.command),
-            "command_line": shlex.join(self.command),
-            "args": self.args,
-            "machine": {"cores": os.cpu_count(), "cpu": cpu_model(),
-                        "torch_threads": torch.get_num_threads(),
-                        "python": platform.python_version(), "torch": torch.__version__},
-            "date": self.date,
-            "wall_s": round(time.perf_counter() - self.t0, 1),
-        }
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)  # Path and the like: as the command line spells it
+    return git(ROOT, *argv)
 
 
 def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Started:
-    """Take the commit, the dirty state, the expanded command and the clock now."""
+    """Take the commit, the dirty state, the expanded command and the clock now. Unlike a
+    simulator run's, a benchmark's record must name a commit: it runs from the checkout."""
     status = [line[3:] for line in _git("status", "--porcelain").splitlines() if line]
     return Started(
-        commit=_git("rev-parse", "HEAD").strip(),
-        dirty=bool(status),
-        dirty_paths=tuple(status[:MAX_DIRTY_PATHS]),
+        git=GitState(commit=_git("rev-parse", "HEAD").strip(), dirty=bool(status),
+                     dirty_paths=tuple(status[:MAX_DIRTY_PATHS])),
         command=tuple(_entry() + expanded_argv(parser, args)),
-        args={k: _jsonable(v) for k, v in sorted(vars(args).items())},
+        args={k: jsonable(v) for k, v in sorted(vars(args).items())},
         date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         t0=time.perf_counter(),
     )

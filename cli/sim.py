@@ -196,7 +196,12 @@ def sim(
 
     round_interval_s = _renamed(ctx, "--round-seconds", round_seconds, round_interval_s)
     fedcache_model = _renamed(ctx, "--fedcache-models", fedcache_models, model) or "large"
+    from peerd.cli.provenance import started
+
     names = tuple(a.strip() for a in algorithms.split(",") if a.strip())
+    # Recorded as resolved: the new spellings, and a knowledge run's model by its name.
+    run_started = started(ctx, round_interval_s=round_interval_s,
+                          model=fedcache_model if "fedcache" in names else model)
     _check_engine(engine, address, workers, knowledge="fedcache" in names)
     cap = _capacity(capacity, agents)
     if "fedcache" in names:
@@ -226,7 +231,7 @@ def sim(
                       round_seconds=round_interval_s, out=out, json_output=json_output,
                       distill_form=distill_form, local_epoch=local_epoch,
                       round1_knowledge=round1_knowledge, index_bytes=index_bytes,
-                      targets=_targets(targets))
+                      targets=_targets(targets), provenance=run_started)
         return
     config = SimConfig(
         dataset=dataset,
@@ -295,7 +300,7 @@ def sim(
         finally:
             if isinstance(trainer, RayEngine):
                 trainer.close()  # its actors, and the Ray it started
-    write_outputs(result, out, plots=not no_plots)
+    write_outputs(result, out, plots=not no_plots, provenance=run_started.record())
     summary = summary_json(result)
     if json_output:
         typer.echo(json.dumps(summary))

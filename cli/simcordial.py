@@ -17,6 +17,7 @@ Opt = typer.Option
 
 
 def cordial(
+    ctx: typer.Context,
     experiment: Annotated[str, Opt(help="linear (§6.1) or pairwise10 (§6.2.1).")] = "linear",
     agents: Annotated[str, Opt(help="Comma list of agent counts N \\[agents] (default: "
                                     "8,16,32 for linear, 2,4,6 for pairwise10).")] = "",
@@ -64,10 +65,12 @@ def cordial(
     import torch
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from peerd.cli.provenance import started
     from peerd.learn.data import DataError
     from peerd.sim.cordial import public, run_cordial, write_outputs
 
     torch.set_num_threads(threads)
+    run_started = started(ctx)
     with Progress(TextColumn("[bold]peerd sim cordial[/bold] {task.description}"), BarColumn(),
                   TextColumn("{task.completed}"), TimeElapsedColumn(), console=err,
                   transient=json_output) as bar:
@@ -81,6 +84,7 @@ def cordial(
         except (DataError, ValueError) as exc:
             err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
             raise typer.Exit(2) from None
+    summary["provenance"] = run_started.record()
     write_outputs(summary, out, plots=not no_plots)
     if json_output:
         typer.echo(json.dumps(public(summary)))

@@ -43,6 +43,7 @@ def _ints(text: str, option: str) -> list[int]:
 
 
 def fedcvt(
+    ctx: typer.Context,
     dataset: Annotated[str, Opt(help="breast_cancer or mnist (two-party vertical split).")] = (
         "breast_cancer"
     ),
@@ -86,10 +87,14 @@ def fedcvt(
     def progress(line: str) -> None:
         typer.echo(f"peerd sim fedcvt: {line}", err=True)
 
+    from peerd.cli.provenance import started
+
+    run_started = started(ctx)
     try:
         summary = run_grid(config, fractions, seed_list, progress)
     except (DataError, ValueError) as exc:
         raise _fail(str(exc)) from None
+    summary["provenance"] = run_started.record()
     text = json.dumps(summary)
     if out is not None:
         out.write_text(text + "\n")

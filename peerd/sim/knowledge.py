@@ -81,6 +81,7 @@ from peerd.sim.maua import (
     maua,
     mean_of_client_best,
 )
+from peerd.sim.provenance import Started
 from peerd.sim.runner import SimConfig, mobility_trace
 from peerd.sim.train import draw_batches, matrix_to_stack, model_schema, train_batched
 
@@ -536,8 +537,10 @@ def knowledge_cli(*, dataset: str, partition: str, agents: int, rounds: int,
                   eval_every: int, capacity: int, tau_max: float, round_seconds: int,
                   out: Path, json_output: bool, distill_form: str = "code",
                   local_epoch: str = "client", round1_knowledge: str = "zero",
-                  index_bytes: int = 4, targets: tuple[float, ...] = (0.6, 0.7)) -> None:
-    """``peerd sim --algorithms fedcache,...``: run, write ``out/fedcache.json``, print.
+                  index_bytes: int = 4, targets: tuple[float, ...] = (0.6, 0.7),
+                  provenance: Started | None = None) -> None:
+    """``peerd sim --algorithms fedcache,...``: run, write ``out/fedcache.json`` (with the
+    run's ``provenance`` record when given, its wall time as of each checkpoint), print.
 
     Start-up errors are one line on stderr and exit 2."""
     try:
@@ -566,7 +569,10 @@ def knowledge_cli(*, dataset: str, partition: str, agents: int, rounds: int,
     def checkpoint(result: KnowledgeResult) -> None:
         # Written whole and renamed: a run killed mid-write leaves the last complete round.
         tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result.summary(), indent=1) + "\n")
+        doc = result.summary()
+        if provenance is not None:
+            doc = {**doc, "provenance": provenance.record()}
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
         tmp.replace(target)
 
     try:

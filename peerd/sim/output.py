@@ -31,8 +31,10 @@ def summary_json(result: SimResult) -> dict[str, Any]:
     return _clean(result.summary())  # type: ignore[no-any-return]
 
 
-def write_outputs(result: SimResult, out: Path, *, plots: bool = True) -> list[Path]:
-    """Write ``metrics.csv``, ``metrics.json``, ``summary.json`` and the PNG plots."""
+def write_outputs(result: SimResult, out: Path, *, plots: bool = True,
+                  provenance: dict[str, Any] | None = None) -> list[Path]:
+    """Write ``metrics.csv``, ``metrics.json``, ``summary.json`` and the PNG plots;
+    ``metrics.json`` carries ``provenance`` (:mod:`peerd.sim.provenance`) when given."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     csv_path = out / "metrics.csv"
@@ -48,6 +50,10 @@ def write_outputs(result: SimResult, out: Path, *, plots: bool = True) -> list[P
         "info": result.info,
         "rounds": [asdict(r) for r in result.records],
     }
+    if provenance is not None:
+        # Beside the wall times, not in summary.json: a seed's summary stays byte-identical
+        # on every engine and worker count (docs/simulator.md), and a date would break that.
+        metrics["provenance"] = provenance
     for name, doc in (("metrics.json", metrics), ("summary.json", result.summary())):
         path = out / name
         path.write_text(json.dumps(_clean(doc), indent=1, sort_keys=True) + "\n")
