@@ -180,7 +180,8 @@ def status_view(status: Status) -> Group:
         f"mode {cfg.mode}  blend {cfg.blend}  local policy {cfg.local_policy}  "
         f"task {cfg.task}" + ("" if cfg.learner == "builtin" else f"  learner {cfg.learner}"),
         f"τ_max {_fmt(cfg.tau_max, 1)}  C {_fmt(cfg.capacity)}  ρ {_fmt(cfg.rho, 4)}  "
-        f"K {_fmt(cfg.local_steps)}  α {_fmt(cfg.alpha)}",
+        # K = 0 is knowledge mode's "one local epoch" ([learning] local_steps), not no training.
+        f"K {'1 epoch' if cfg.local_steps == 0 else _fmt(cfg.local_steps)}  α {_fmt(cfg.alpha)}",
     ]
     advice = membership_advice(node.fleet, node.id, node.membership)
     if advice is not None:

@@ -64,3 +64,12 @@ def test_kind_and_entry_bytes_survive_the_json_codec() -> None:
     assert back == s
     assert back.cache[0].kind == "knowledge"
     assert back.entry_bytes == {"received/keys": 26_000, "received/knowledge": 5_300}
+
+
+def test_one_local_epoch_is_shown_as_such_not_as_no_steps() -> None:
+    # knowledge mode's default local_steps = 0 means one epoch a round (FedCache's rule)
+    one_epoch = knowledge_status()
+    one_epoch = dataclasses.replace(one_epoch,
+                                    config=dataclasses.replace(one_epoch.config, local_steps=0))
+    assert "K 1 epoch" in rendered(one_epoch)
+    assert "K 10  α" in rendered(sample_status())
