@@ -1,8 +1,11 @@
 """Entry encode+sign and verify+decode throughput against hashlib.sha256 on the same bytes.
 
-    .venv/bin/python -m benchmarks.bench_protocol [--params N] [--repeat N] [--out FILE] [--doc]
+    .venv/bin/python -m benchmarks.bench_protocol [--params N] [--repeat N] [--quick]
+        [--no-write] [--render]
 
-``--doc`` rewrites this benchmark's section of docs/benchmarks.md (via benchmarks._report).
+The readings (with their provenance) go to docs/reproduction/protocol.json and the section
+of docs/benchmarks.md is rendered from them (``--render`` re-renders without measuring;
+benchmarks/docs_tables.py and tests/docs re-render and diff it).
 
 Hashing the payload is the floor (the signature covers its SHA-256), so the goal is that
 everything else together costs no more than the hash: ratio >= 0.5 of sha256's GB/s.
@@ -11,7 +14,6 @@ everything else together costs no more than the hash: ratio >= 0.5 of sha256's G
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import platform
 import statistics
@@ -31,6 +33,7 @@ from peerd.protocol.manifest import Manifest
 from peerd.protocol.messages import Entry, decode_frame
 
 FLEET = bytes(16)
+FLOOR = "hashlib.sha256 (floor)"
 CHUNK = 64 * 1024
 
 
@@ -59,7 +62,12 @@ def timed(ops: list[tuple[str, Callable[[], object]]], repeat: int) -> list[tupl
     return [(name, statistics.median(samples[name])) for name, _ in ops]
 
 
-def run(params: int, repeat: int) -> str:
+#: The committed readings the doc's section is rendered from (docs_tables re-renders it).
+READINGS = Path(__file__).resolve().parent.parent / "docs" / "reproduction" / "protocol.json"
+
+
+def measure(params: int, repeat: int) -> dict[str, Any]:
+    """Every reading of the section, JSON-able."""
     key = private_key_from_seed(bytes(32))
     tensors = model(params)
     schema = {name: ("float32", tuple(a.shape)) for name, a in tensors.items()}
@@ -99,49 +107,50 @@ def run(params: int, repeat: int) -> str:
     frame_only = bytearray(wire[4:])
     rows = timed(
         [
-            ("hashlib.sha256 (floor)", lambda: hashlib.sha256(payload).digest()),
+            (FLOOR, lambda: hashlib.sha256(payload).digest()),
             ("encode + sign", encode),
             ("verify + decode (frame in memory)", lambda: verify(frame_only)),
             ("receive 64 KiB chunks + verify + decode", receive),
         ],
         repeat,
     )
-    sha = rows[0][1]
+    return {"params": params, "repeat": repeat, "payload_bytes": nbytes,
+            "overhead_bytes": len(wire) - nbytes, "median_s": dict(rows),
+            "python": platform.python_version(), "arch": platform.machine()}
+
+
+def render(r: dict[str, Any]) -> str:
+    """The doc's section from one run's readings."""
+    nbytes, times = r["payload_bytes"], r["median_s"]
+    sha = times[FLOOR]
     lines = [
-        f"Entry of {params:,} float32 parameters ({nbytes / 1e6:.1f} MB payload, "
-        f"{len(wire) - nbytes} B framing+envelope); median of {repeat} interleaved runs; "
-        f"Python {platform.python_version()}, {platform.machine()}.",
+        "## Protocol (`peerd.protocol`) — `python -m benchmarks.bench_protocol`",
+        "",
+        f"Entry of {r['params']:,} float32 parameters ({nbytes / 1e6:.1f} MB payload, "
+        f"{r['overhead_bytes']} B framing+envelope); median of {r['repeat']} interleaved runs; "
+        f"Python {r['python']}, {r['arch']}.",
         "",
         "| operation | time (ms) | GB/s | vs sha256 |",
         "|---|---:|---:|---:|",
     ]
-    for name, t in rows:
+    for name, t in times.items():
         lines.append(f"| {name} | {t * 1e3:.1f} | {nbytes / t / 1e9:.2f} | {sha / t:.2f}x |")
+    if "provenance" in r:
+        from benchmarks import _provenance  # needs `python -m` from the repo root
+
+        lines += ["", _provenance.line(r["provenance"])]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from benchmarks._report import readings_parser, run_section  # `python -m` from the root
+
+    parser = readings_parser(__doc__.splitlines()[0])
     parser.add_argument("--params", type=int, default=11_000_000)
     parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--out", type=Path, help="also write the markdown table here")
-    parser.add_argument("--doc", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
-    from benchmarks import _provenance  # needs `python -m` from the repo root
-
-    started = _provenance.start(parser, args)
-    table = run(args.params, args.repeat)
-    print(table, end="")
-    if args.out:
-        args.out.write_text(table)
-    if args.doc:
-        from benchmarks._report import write_section  # needs `python -m` from the repo root
-
-        write_section(
-            "protocol",
-            "## Protocol (`peerd.protocol`) — `python -m benchmarks.bench_protocol`\n\n" + table
-            + "\n" + _provenance.line(started.record()) + "\n",
-        )
+    params, repeat = (1_100_000, 5) if args.quick else (args.params, args.repeat)
+    run_section("protocol", parser, args, READINGS, lambda: measure(params, repeat), render)
 
 
 if __name__ == "__main__":
