@@ -118,4 +118,10 @@ def line(record: dict[str, Any]) -> str:
     state = "dirty" if record["dirty"] else "clean"
     return (f"Provenance: commit `{record['commit'][:12]}` ({state}), "
             f"`{record['command_line']}`; {m['cpu']}, {m['cores']} cores, torch "
-            f"{m['torch_threads']} threads; {record['date']}, {record['wall_s']} s wall.")
+            f"{m['torch_threads']} threads{_load(m)}; {record['date']}, {record['wall_s']} s "
+            "wall.")
+
+
+def _load(m: dict[str, Any]) -> str:
+    # Records made before the load was recorded say nothing about it.
+    return f", load average {m['load_avg'][0]:.2f} at the end" if "load_avg" in m else ""

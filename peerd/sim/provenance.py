@@ -77,7 +77,10 @@ def machine() -> dict[str, Any]:
     import torch
 
     return {"cores": os.cpu_count(), "cpu": cpu_model(), "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__}
+            "python": platform.python_version(), "torch": torch.__version__,
+            # How busy the machine was (1, 5, 15 min) as the run ended: a shared machine's
+            # absolute times move with it, so a reader can tell a loaded run from a quiet one.
+            "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
 def peerd_version() -> str | None:
