@@ -72,6 +72,10 @@ class KnowledgeConfig:
     #: The objective (peerd.core.distill): "code" (the paper code's CE + β·T²·KL(teacher ‖
     #: student); the default, see that module) or "eq18" (the notes' eq. 18).
     form: str = "code"
+    #: What a sample with no neighbour learns from in the node's first round: "zero" (eq. 9:
+    #: knowledge starts as C zeros, so it distils towards τ(0), uniform; the simulator's
+    #: default) or "none" (cross-entropy only until a peer's knowledge arrives).
+    round1_knowledge: str = "zero"
 
 
 #: ``[learning]`` keys whose default differs in ``mode = "knowledge"``: the paper's one local
@@ -186,6 +190,7 @@ TABLES: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "key_dim": check_int(1, MAX_KEY_DIM), "beta": check_float(0.0),
         "temperature": check_float(0.0, strict=True), "neighbours": check_int(1),
         "form": check_choice("eq18", "code"),
+        "round1_knowledge": check_choice("zero", "none"),
     }),
     "cordial": (CordialConfig, {
         "images_per_digit": check_int(1, lim.MAX_CORDIAL_IMAGES_PER_DIGIT),

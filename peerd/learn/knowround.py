@@ -105,6 +105,9 @@ class KnowledgeRoundInput:
     batch_size: int
     lr: float
     seed: int
+    #: Eq. 9's start: a sample no peer's knowledge reaches distils towards C zero logits
+    #: (τ(0), uniform) instead of cross-entropy only (the node's first round, by default).
+    zero_untaught: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +138,9 @@ def run_knowledge_round(model: nn.Module, data: TaskData, keys: npt.NDArray[np.f
             cache.put(batch)
     labels = data.y_train.numpy()
     teacher, counts = cache.teacher_logits(keys, labels, r=inp.policy.r, exclude=inp.own_id)
+    taught = int((counts > 0).sum())  # real teachers only, not eq. 9's zeros
+    if inp.zero_untaught:
+        counts = np.where(counts > 0, counts, 1)  # their teacher rows are zeros already
     n = len(data.y_train)
     own_meta = EntryMeta(inp.own_id, 0, inp.clock.now, "", n, "", "knowledge")
     ops = _DistillOps(model, data, torch.from_numpy(teacher), torch.from_numpy(counts), inp)
@@ -147,7 +153,7 @@ def run_knowledge_round(model: nn.Module, data: TaskData, keys: npt.NDArray[np.f
     logits = own_logits(model, data.X_train[:publish_rows])
     return KnowledgeRoundOutput(logits=logits, examples=n, train_loss=result.mean_loss,
                                 val_loss=val_loss, val_accuracy=acc,
-                                taught=int((counts > 0).sum()), peers=len(inp.peers))
+                                taught=taught, peers=len(inp.peers))
 
 
 def own_logits(model: nn.Module, X: torch.Tensor) -> npt.NDArray[np.float32]:

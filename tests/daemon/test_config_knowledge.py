@@ -51,6 +51,7 @@ def test_knowledge_mode_with_a_model_per_node() -> None:
     ({"learning": {"knowledge": {"beta": -1}}}, "[learning.knowledge] beta: must be"),
     ({"learning": {"knowledge": {"distill_beta": 1.0}}},
      "[learning.knowledge] distill_beta: unknown key (known: beta, form, key_dim, neighbours, "
+     "round1_knowledge, "
      "temperature)"),
     ({"learning": {"knowledge": 3}}, "[learning.knowledge] must be a table, got 3"),
     # The deprecated flat spellings are checked as before, named as written.
@@ -111,3 +112,14 @@ def test_one_epoch_steps_are_knowledge_modes_only() -> None:
         loads_config(doc(learning={"local_steps": 0}))
     with pytest.raises(ConfigError, match="form: must be one of eq18, code"):
         loads_config(doc(learning={"mode": "knowledge", "knowledge": {"form": "kd"}}))
+
+
+def test_round1_knowledge_is_eq9s_zeros_unless_set_to_none() -> None:
+    knowledge = loads_config(doc(learning={"mode": "knowledge"})).learning.knowledge
+    assert knowledge.round1_knowledge == "zero"  # as peerd sim's default
+    none = loads_config(doc(learning={"mode": "knowledge",
+                                      "knowledge": {"round1_knowledge": "none"}}))
+    assert none.learning.knowledge.round1_knowledge == "none"
+    with pytest.raises(ConfigError, match="round1_knowledge: must be one of zero, none"):
+        loads_config(doc(learning={"mode": "knowledge",
+                                   "knowledge": {"round1_knowledge": "uniform"}}))

@@ -71,7 +71,8 @@ def alone(node: Node, index: int, model: str, rounds: int) -> list[float]:
     for r in range(rounds):
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{r}".encode()).digest()[:8])
         inp = KnowledgeRoundInput(own_id=node.id, clock=Clock.time(0.0), peers=[],
-                                  policy=policy, steps=5, batch_size=32, lr=0.05, seed=seed)
+                                  policy=policy, steps=5, batch_size=32, lr=0.05, seed=seed,
+                                  zero_untaught=r == 0)  # round1_knowledge = "zero"
         res = run_knowledge_round(net, data, keys, cache, inp, len(data.y_train))
         assert res.val_accuracy is not None
         out.append(res.val_accuracy)

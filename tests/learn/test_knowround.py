@@ -83,3 +83,31 @@ def test_a_round_distils_from_a_peer_and_publishes_bounded_logits() -> None:
                                 policy=inp.policy, steps=1, batch_size=16, lr=0.05, seed=2)
     assert run_knowledge_round(model, data, keys, cache, again, 10).taught == 0
     assert cache.origins() == ()
+
+
+def test_eq9_zero_knowledge_pulls_untaught_samples_towards_uniform() -> None:
+    # Alone in its first round: "zero" distils every sample towards τ(0) (uniform), "none"
+    # trains by cross-entropy only. Same model, data, seed and steps; only the teacher differs.
+    task = digits()
+    data = task.data()
+
+    def trained(zero: bool) -> tuple[np.ndarray, int]:
+        torch.manual_seed(0)
+        model = task_model(task, "small")
+        schema, encoder = knowledge_schema(b"f" * 16, task, model, key_dim=64,
+                                           max_samples=1000)
+        inp = KnowledgeRoundInput(own_id="me", clock=Clock.time(0.0), peers=[],
+                                  policy=Distillation(beta=1.5, temperature=3.0, r=4),
+                                  steps=30, batch_size=16, lr=0.05, seed=1, zero_untaught=zero)
+        out = run_knowledge_round(model, data, encode_keys(encoder, data.X_train),
+                                  KnowledgeCache(64, schema.num_classes), inp, publish_rows=200)
+        return out.logits, out.taught
+
+    zero, taught_zero = trained(True)
+    ce, taught_ce = trained(False)
+    assert taught_zero == taught_ce == 0  # zeros are not a peer's knowledge
+
+    def spread(logits: np.ndarray) -> float:
+        return float((logits.max(axis=1) - logits.min(axis=1)).mean())
+
+    assert spread(zero) < 0.9 * spread(ce)

@@ -101,7 +101,10 @@ class KnowledgeMode:
         seed = int.from_bytes(hashlib.sha256(f"{node.id}/{node.round}".encode()).digest()[:8])
         inp = KnowledgeRoundInput(own_id=node.id, clock=node.clock(now), peers=peers,
                                   policy=self.policy, steps=self.steps,
-                                  batch_size=learning.batch_size, lr=learning.lr, seed=seed)
+                                  batch_size=learning.batch_size, lr=learning.lr, seed=seed,
+                                  # the node's first round (round counts from 0 until it ends)
+                                  zero_untaught=node.round == 0
+                                  and learning.knowledge.round1_knowledge == "zero")
         out: KnowledgeRoundOutput = await trio.to_thread.run_sync(
             run_knowledge_round, d.model, self.data, self.keys, self.cache, inp, self.rows)
         self._out, self._inp, self._peers = out, inp, peers
