@@ -181,7 +181,8 @@ def status_view(status: Status) -> Group:
         f"task {cfg.task}" + ("" if cfg.learner == "builtin" else f"  learner {cfg.learner}"),
         f"τ_max {_fmt(cfg.tau_max, 1)}  C {_fmt(cfg.capacity)}  ρ {_fmt(cfg.rho, 4)}  "
         # K = 0 is knowledge mode's "one local epoch" ([learning] local_steps), not no training.
-        f"K {'1 epoch' if cfg.local_steps == 0 else _fmt(cfg.local_steps)}  α {_fmt(cfg.alpha)}",
+        f"K {'1 epoch' if cfg.local_steps == 0 else _fmt(cfg.local_steps)}  α {_fmt(cfg.alpha)}"
+        + ("" if cfg.encoding == "float32" else f"  entries {cfg.encoding}"),
     ]
     advice = membership_advice(node.fleet, node.id, node.membership)
     if advice is not None:
@@ -194,10 +195,12 @@ def status_view(status: Status) -> Group:
     groups = any(e.group is not None for e in cache)  # a group column once one is named
     # The weight a robust rule actually gave (clipped, Krum), once it differs from α.
     weighted = any(e.weight is not None for e in cache)
+    # An encoding column once an origin sends anything but float32 (each origin chooses).
+    encoded = any(e.encoding not in (None, "float32") for e in cache)
     for col in (("kind",) if typed else ()) + (("group",) if groups else ()) + (
                 "origin", "version", "age s", "staleness",
                 "samples" if typed else "examples", "α", *(("weight",) if weighted else ()),
-                "drift", "from", "received", "verified"):
+                "drift", *(("encoding",) if encoded else ()), "from", "received", "verified"):
         # fold, not "…": a cut-off id or number is worse than a wrapped one
         table.add_column(col, justify="left" if col in ("origin", "from") else "right",
                          overflow="fold")
@@ -207,7 +210,8 @@ def status_view(status: Status) -> Group:
                       _fmt(e.age_s, 1),
                       _fmt(e.staleness, 1), _fmt(e.examples), _fmt(e.alpha),
                       *((_fmt(e.weight),) if weighted else ()), _fmt(e.drift, 4),
-                      _short(e.received_from), _ts(e.received_at), _fmt(e.verified))
+                      *((e.encoding or "-",) if encoded else ()), _short(e.received_from),
+                      _ts(e.received_at), _fmt(e.verified))
     parts.append(table)
     if status.views is not None:
         parts.append(views_table(status.views))

@@ -166,6 +166,15 @@ def encode_tensors(
     return index, buffer.data
 
 
+def index_encoding(index: Iterable[TensorIndexItem]) -> Encoding:
+    """The encoding an origin chose, as its index shows it: the codec of its encoded
+    tensors (float32 when none is; a tensor the codec cannot hold stays raw beside them)."""
+    for item in index:
+        if item.codec is not None:
+            return Encoding(item.codec, item.block)
+    return RAW
+
+
 def index_from_wire(obj: Any, payload_len: int) -> tuple[TensorIndexItem, ...]:
     """Type-check an index and prove it tiles ``payload_len`` bytes exactly, in name order."""
     items = as_list(obj, "tensors", MAX_TENSORS)

@@ -86,6 +86,13 @@ def _weight(weights: Mapping[str, float] | None, origin: str) -> float | None:
     return None if weights is None else finite(weights.get(origin))
 
 
+def _encoding(kind: str, payload: object) -> str | None:
+    """A held weight entry's wire encoding (``Held.encoding``, read by name: this module must
+    not import the node state, which imports torch)."""
+    encoding = getattr(payload, "encoding", None)
+    return None if kind != "weights" or encoding is None else str(encoding)
+
+
 def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
                  transport: TransportSnapshot, config: ConfigStatus, listen: Sequence[str],
                  now: float, membership: str = "member",
@@ -111,6 +118,7 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
             kind=item.meta.kind,
             group=item.meta.group,
             weight=_weight(numbers.weights, item.meta.origin),
+            encoding=_encoding(item.meta.kind, item.payload),
         )
         for item in node.cache
     )

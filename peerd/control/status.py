@@ -114,6 +114,9 @@ class ConfigStatus:
     #: Who trains weight mode's local step (``[learner] kind``): "builtin", "python",
     #: "flower"; "builtin" in the other modes.
     learner: str = "builtin"
+    #: How this node encodes the weight entries it signs (``[fleet] entry_encoding``:
+    #: "float32", "float16", "bfloat16", "int8" or "int8:B").
+    encoding: str = "float32"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,9 @@ class CacheRow:
     #: (clipping and Krum change α; a rejected or unselected entry has 0). None: the plan α
     #: was used as it is, or the rule has no per-entry weights (median, trimmed mean).
     weight: float | None = None
+    #: How its origin encoded it on the wire (see ConfigStatus.encoding; each origin chooses
+    #: and signs its own). None for typed entries, whose tensors are never re-encoded.
+    encoding: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

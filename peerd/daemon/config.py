@@ -223,7 +223,8 @@ class Config:
                             epsilon=lc.epsilon, max_silence_s=lc.silence_limit_s,
                             round_interval_s=lc.round_interval_s, task=self.task.name,
                             mode=mode.value, blend=blend, local_policy=local_policy,
-                            learner=self.learner.kind)
+                            learner=self.learner.kind,
+                            encoding=str(self.fleet.entry_encoding))
 
     @classmethod
     def default(cls, admin_public_key: bytes, fleet_id: bytes, *,

@@ -95,7 +95,7 @@ class ViewRows:
 def held_typed(v: VerifiedTyped) -> TypedHeld:
     meta = meta_of(v.body)
     entry = Entry(meta, from_wire_arrays(v.body.tensors, v.tensors))
-    return TypedHeld(entry, v.message, None, v.tensors, v.body.keys_digest)
+    return TypedHeld(entry, v.message, None, arrays=v.tensors, keys_digest=v.body.keys_digest)
 
 
 def verify_typed(
@@ -122,7 +122,8 @@ def sign_typed(signed: SignedEntry) -> TypedHeld:
     message = signed.to_message()
     arrays = decode_tensors(signed.body.tensors, message.payload)
     entry = Entry(meta_of(signed.body), from_wire_arrays(signed.body.tensors, arrays))
-    return TypedHeld(entry, message, None, arrays, signed.body.keys_digest)
+    return TypedHeld(entry, message, None, arrays=arrays,
+                     keys_digest=signed.body.keys_digest)
 
 
 @dataclass

@@ -48,7 +48,7 @@ from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import node_id_of
 from peerd.protocol.ledger import LedgerView, OriginLedger, version_limit
 from peerd.protocol.manifest import Manifest
-from peerd.protocol.tensors import TensorIndexItem, decode_tensors
+from peerd.protocol.tensors import TensorIndexItem, decode_tensors, index_encoding
 
 
 def wire_schema(schema: Schema) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -119,6 +119,9 @@ class Held:
     entry: Entry
     message: msg.Entry
     frame: EntryFile | None = None
+    #: How its origin encoded its float32 tensors (``[fleet] entry_encoding``: what crossed
+    #: the wire; the blend reads float32 either way), for ``peerd status``.
+    encoding: Encoding = RAW
 
     def release(self) -> None:
         """Hand the entry's resident pages back (a no-op for an entry held in memory)."""
@@ -178,7 +181,7 @@ def verify(
             frame.release()
     if rejection is not None:
         raise ProtocolError(rejection.reason, rejection.detail)
-    return Held(entry, message, frame)
+    return Held(entry, message, frame, index_encoding(v.body.tensors))
 
 
 def sign_params(
@@ -208,7 +211,8 @@ def held_signed(signed: SignedEntry, message: msg.Entry, frame: EntryFile | None
     """Our own signed entry as held, its tensors views of ``message``'s payload (joined in
     memory, or mapped from ``frame``)."""
     views = decode_tensors(signed.body.tensors, message.payload)
-    return Held(held_entry(signed.body, message, views, frame), message, frame)
+    return Held(held_entry(signed.body, message, views, frame), message, frame,
+                index_encoding(signed.body.tensors))
 
 
 def sign_own(

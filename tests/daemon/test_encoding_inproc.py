@@ -9,7 +9,9 @@ import dataclasses
 from pathlib import Path
 
 import torch
+from rich.console import Console
 
+from peerd.cli.status import status_view
 from peerd.node.decoded import DecodedParams
 from peerd.protocol.encoding import Encoding
 from peerd.protocol.entry import EntryBody
@@ -69,3 +71,31 @@ def test_a_restarted_node_restores_encoded_entries_from_its_state_files(tmp_path
     a = fleet.restart(0)  # its own entry, restored: the model is the entry's decoding
     assert a.node.own is not None
     assert a.node.own.entry.meta.digest == fleet[1].node.blend_inputs()[0].meta.digest
+
+
+def test_the_status_shows_each_entry_as_its_origin_encoded_it(tmp_path: Path) -> None:
+    cfgs = fleet_configs(tmp_path, 2, learning={"local_steps": 3})
+    int8 = dataclasses.replace(cfgs[0], fleet=dataclasses.replace(
+        cfgs[0].fleet, entry_encoding=Encoding("int8", 256)))
+    fleet = Fleet([int8, cfgs[1]])
+    for _ in range(2):
+        fleet.cycle()
+    a, b = fleet[0].status(), fleet[1].status()
+    assert (a.config.encoding, b.config.encoding) == ("int8:256", "float32")
+    [row_at_b] = b.cache
+    [row_at_a] = a.cache
+    assert (row_at_b.origin, row_at_b.encoding) == (fleet[0].node.id, "int8:256")
+    assert (row_at_a.origin, row_at_a.encoding) == (fleet[1].node.id, "float32")
+    # The human view: the settings line names a compact encoding, the cache an encoding
+    # column once an entry is not float32.
+    console = Console(width=200, record=True)
+    console.print(status_view(b))
+    text = console.export_text()
+    assert "entries int8" not in text
+    assert "encoding" in text
+    assert "int8:256" in text
+    console = Console(width=200, record=True)
+    console.print(status_view(a))
+    text = console.export_text()
+    assert "entries int8:256" in text
+    assert "encoding" not in text
