@@ -26,7 +26,10 @@ needs the node and reports it. The turn order, which the wire format of v1 fixes
 5. ``Digest`` both ways, initiator first: what each side holds.
 6. ``Want`` both ways, initiator first: built by the node from the peer's Digest.
 7. Entries: the initiator announces (a ``Digest`` of what follows, only entries the peer
-   wanted) and sends them; then the responder does the same. An announcement naming an
+   wanted) and sends them; then the responder does the same. Between peers that both
+   announce :data:`~peerd.protocol.messages.RESUME_CAPABILITY`, a Want item may carry the
+   payload bytes the asker already holds of it, and the entry may then come as the rest
+   only (its ``offset`` exactly what was asked, or 0 for the whole entry). An announcement naming an
    entry we did not ask for (or one twice) ends the session; once an entry is verified it
    must be the one announced at its place (:meth:`Session.check_entry`).
 
@@ -165,6 +168,7 @@ class Session:
         self._my_want: msg.Want | None = None
         self._announced: deque[msg.DigestItem] = deque()  # theirs, not yet received
         self._last_entry: msg.DigestItem | None = None  # the announcement of the last entry
+        self._sending: deque[msg.DigestItem] = deque()  # ours, not yet sent
 
     # ------------------------------------------------------------------ what comes next
     def next_step(self) -> Step:
@@ -194,11 +198,20 @@ class Session:
             asked = set(self.their_want.items)
             if any((i.origin, i.version) not in asked for i in message.entries):
                 raise SessionStateError("announcing an entry the peer did not ask for")
+        if isinstance(message, msg.Want) and message.resumes and not self.resumes:
+            raise SessionStateError("offsets in a Want to a peer that does not resume")
+        if isinstance(message, msg.Entry) and message.offset:
+            item = self._outgoing_entry(message)
+            if message.offset != self.their_want.offset_of(*item):
+                raise SessionStateError("an entry's offset must be the one the peer asked for")
         self._steps.popleft()
         if isinstance(message, msg.Want):
             self._my_want = message
         elif step.phase is Phase.ANNOUNCE and isinstance(message, msg.Digest):
             self._steps.extendleft(Send(Phase.ENTRY) for _ in message.entries)
+            self._sending = deque(message.entries)
+        elif isinstance(message, msg.Entry):
+            self._sending.popleft()
         self._after_step(step.phase)
         if isinstance(message, msg.Entry):
             return [message.head(), memoryview(message.payload)]
@@ -257,6 +270,12 @@ class Session:
         return cap in self.hello.capabilities and cap in self.their_hello.capabilities
 
     @property
+    def resumes(self) -> bool:
+        """Both Hellos announce resuming cut transfers (known once the Hellos went by)."""
+        cap = msg.RESUME_CAPABILITY
+        return cap in self.hello.capabilities and cap in self.their_hello.capabilities
+
+    @property
     def their_digest(self) -> msg.Digest:
         return _known(self._their_digest, "their Digest")
 
@@ -277,6 +296,14 @@ class Session:
         return _known(self._last_entry, "a received entry")
 
     # ------------------------------------------------------------------ internals
+    def _outgoing_entry(self, entry: msg.Entry) -> tuple[str, int]:
+        """The (origin, version) of the entry we send next, as we announced it (a resumed
+        entry's offset is checked against the peer's Want for it)."""
+        if not self._sending:
+            raise SessionStateError("an entry beyond our announcement")
+        item = self._sending[0]
+        return item.origin, item.version
+
     def _usable(self) -> None:
         if self._failed:
             raise SessionStateError("the session has failed")
@@ -344,13 +371,21 @@ class Session:
         if isinstance(message, msg.Hello):
             self._their_hello = message
         elif isinstance(message, msg.Want):
+            if message.resumes and not self.resumes:
+                raise ProtocolError(Reason.MALFORMED,
+                                    f"want offsets without {msg.RESUME_CAPABILITY}")
             self._their_want = message
         elif isinstance(message, msg.Digest) and step.phase is Phase.DIGEST:
             self._their_digest = message
         elif isinstance(message, msg.Digest):  # their announcement
             self._announce(message)
         elif isinstance(message, msg.Entry):
-            self._last_entry = self._announced.popleft()
+            self._last_entry = item = self._announced.popleft()
+            # The rest of a cut transfer only where we asked for it, from where we asked.
+            if message.offset and message.offset != self.my_want.offset_of(item.origin,
+                                                                            item.version):
+                raise ProtocolError(Reason.MALFORMED,
+                                    f"entry offset {message.offset} was not asked for")
         self._after_step(step.phase)
         return message
 

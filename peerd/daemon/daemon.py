@@ -73,6 +73,7 @@ from peerd.node.peers import PeerTable
 from peerd.node.state import NodeState
 from peerd.protocol.limits import PROTOCOL_VERSION
 from peerd.store import ledgerfile, persist
+from peerd.store.partials import Partials
 from peerd.store.statedir import StateDir
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,7 @@ class Daemon(Gossiping):
         # Peers take turns at the slots: one member's 8 streams queue once, not 8 times.
         self._receive_slots = ReceiveSlots(cfg.network.max_concurrent_receives)
         self._inflight = InFlight()  # no entry downloaded from two peers at once
+        self._partials = Partials()  # cut transfers, resumed where they stopped
         self._inbound_sessions = 0  # running sessions that peers opened
         #: Inbound sessions refused because max_inbound_sessions were running.
         self.busy_refusals = 0
@@ -372,6 +374,8 @@ class Daemon(Gossiping):
                             now=self.now(), membership=self.membership(),
                             gossip={"busy_refusals": self.busy_refusals,
                                     "duplicates_avoided": self._inflight.deduplicated,
+                                    "transfers_resumed": self._partials.resumed,
+                                    "bytes_not_resent": self._partials.bytes_saved,
                                     **self.gossip_counts},
                             libp2p=None if t is None else t.library_tables.counts(),
                             views=self.mode.status_block(self.now()),

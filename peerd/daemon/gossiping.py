@@ -30,6 +30,7 @@ from peerd.node.state import NodeState
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
 from peerd.store import persist
+from peerd.store.partials import Partials
 from peerd.store.statedir import StateDir
 
 #: The daemon's logger: operators (and tests) read these lines as the daemon's.
@@ -58,6 +59,7 @@ class Gossiping:
     _connections: ConnectionLog
     _receive_slots: ReceiveSlots
     _inflight: InFlight
+    _partials: Partials
     _moved: set[str]
     _wake_gossip: trio.Event
     _inbound_sessions: int
@@ -84,7 +86,7 @@ class Gossiping:
                               receive_slots=self._receive_slots,
                               spool_dir=self.state.blobs, inflight=self._inflight,
                               address_book=self.addresses.book,
-                              on_addrs=self.addresses.learned)
+                              on_addrs=self.addresses.learned, partials=self._partials)
 
     async def _session(self, stream: Stream, peer_id: str, initiator: bool) -> None:
         # A known peer is reserved (not dialled meanwhile); one that dialled us unannounced

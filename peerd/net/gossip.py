@@ -57,8 +57,9 @@ from peerd.protocol.errors import PeerRefusedError, ProtocolError
 from peerd.protocol.ledger import EquivocationError
 from peerd.protocol.manifest import accept_manifest
 from peerd.protocol.session import CheckPeer, Done, Phase, Send, Session
+from peerd.store.partials import Partials
 from peerd.store.sinks import MemorySink
-from peerd.store.spool import MappedFrame, SpoolWriter, send_parts
+from peerd.store.spool import Cut, MappedFrame, SpoolWriter, send_parts
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,9 @@ class SessionContext:
     #: Called with the records a session took into the book (the daemon feeds its peer
     #: table and saves the book).
     on_addrs: Callable[[list[Learned]], None] = lambda learned: None
+    #: Entry transfers that were cut, resumed from where they stopped with peers that
+    #: announce it too (peerd.store.partials; needs ``spool_dir``). None = fetched whole.
+    partials: Partials | None = None
 
 
 def _is_member(node: NodeState, now: float) -> Callable[[str], bool]:
@@ -185,6 +189,8 @@ async def run_session(
     # Our Hello names the seq of the manifest we can hand on (0 if we hold no signed one).
     envelope = node.manifest_envelope
     caps = CAPABILITIES if ctx.address_book is None else (*CAPABILITIES, msg.ADDRS_CAPABILITY)
+    if ctx.partials is not None and ctx.spool_dir is not None:
+        caps = (*caps, msg.RESUME_CAPABILITY)
     session = Session(
         initiator=initiator,
         hello=msg.Hello(node.fleet_id, node.id, node.manifest.seq if envelope is not None else 0,
@@ -221,6 +227,8 @@ async def run_session(
     finally:
         if ctx.inflight is not None:  # what did not arrive may be fetched from others
             ctx.inflight.release(id(session))
+        if ctx.partials is not None:  # and what it did not finish, resumed by another
+            ctx.partials.release(id(session))
     return result
 
 
@@ -239,7 +247,7 @@ async def _exchange(
             node.manifest.check_member(session.peer_id, ctx.now())  # NOT_MEMBER / REVOKED / ..
             session.peer_admitted()
         elif isinstance(step, Send) and step.phase is Phase.ENTRY:
-            await _send_held(io, session, outgoing.popleft())
+            await _send_held(io, session, outgoing.popleft(), resumes=session.resumes)
             result.sent += 1
         elif isinstance(step, Send):
             if step.phase is Phase.ANNOUNCE:
@@ -283,11 +291,13 @@ def _build(
         # for, freshest first. The session keeps it: the peer's announcement is checked
         # against what we sent, never a recomputed Want.
         want = node.wants(session.their_digest, ctx.now())
-        if ctx.inflight is None:
-            return want
-        # Claimed until this session ends (run_session's finally); id(session) is unique
-        # while it runs.
-        return msg.Want(ctx.inflight.claim(id(session), want.items))
+        if ctx.inflight is not None:
+            # Claimed until this session ends (run_session's finally); id(session) is unique
+            # while it runs.
+            want = msg.Want(ctx.inflight.claim(id(session), want.items))
+        if ctx.partials is not None and session.resumes:  # the rest of what was cut
+            want = ctx.partials.resume(id(session), want, session.their_digest)
+        return want
     if phase is Phase.ANNOUNCE:
         return msg.Digest(tuple(digest_item(h.entry.meta) for h in outgoing))
     raise AssertionError(f"the session holds the {phase.value} message itself")
@@ -320,15 +330,22 @@ def _adopt_manifest(
     result.manifest_adopted = manifest.seq
 
 
-async def _send_held(io: FrameIO, session: Session, held: Held) -> None:
-    """An entry as held: a mapped one piece by piece, each piece released once written."""
-    parts = session.send(held.message)
+async def _send_held(io: FrameIO, session: Session, held: Held, *, resumes: bool) -> None:
+    """An entry as held: a mapped one piece by piece, each piece released once written;
+    only the rest of it where the peer asked to resume a cut transfer."""
+    message = held.message
+    if resumes:
+        meta = held.entry.meta
+        offset = session.their_want.offset_of(meta.origin, meta.version)
+        if 0 < offset < len(message.payload):  # else (not ours to judge) the whole entry
+            message = msg.Entry(message.envelope, memoryview(message.payload)[offset:], offset)
+    parts = session.send(message)
     if held.frame is None:
         await io.send(parts)
         return
     # Same bytes, other pieces: the head the session returned, then the mapping's pages.
     # (parts[0], the head, is already bytes: bytes() of it is the same object, no copy.)
-    pieces, written = send_parts(bytes(parts[0]), held.frame, held.message.payload)
+    pieces, written = send_parts(bytes(parts[0]), held.frame, message.payload)
     del parts
     try:
         await io.send(pieces, after_part=written)
@@ -340,23 +357,53 @@ async def read_entry(
     io: FrameIO, limit: int, spool_dir: Path | None,
     decode: Callable[[bytes | bytearray | memoryview], msg.Message] = msg.decode_frame,
     *, min_rate_bps: float = 0, grace_s: float = RECEIVE_GRACE_S, peer: str = "peer",
+    on_cut: Callable[[Cut], object] | None = None,
 ) -> tuple[msg.Entry, MappedFrame | None]:
     """One entry frame, not yet verified: written to a temporary file in ``spool_dir`` as it
     arrives and mapped (peerd.store.spool), or in memory (no spool, or the disk refused it).
     A session decodes with its ``receive`` (which also checks that an entry may come now).
     With ``min_rate_bps`` the frame must arrive at that average rate after ``grace_s``
-    (:class:`peerd.net.framing.RateFloor`), else :class:`ReceiveTooSlowError`."""
-    sink = SpoolWriter(spool_dir) if spool_dir is not None else None
-    if min_rate_bps > 0:
-        with RateFloor(min_rate_bps, grace_s, peer) as floor:
-            frame = await io.recv(limit, sink=floor.sink(sink or MemorySink()))
-    else:
-        frame = await io.recv(limit, sink=sink)
+    (:class:`peerd.net.framing.RateFloor`), else :class:`ReceiveTooSlowError`.
+    ``on_cut`` gets what was spooled of a frame that ended early (it owns the file)."""
+    sink = SpoolWriter(spool_dir, keep_cut=on_cut is not None) if spool_dir is not None else None
+    try:
+        if min_rate_bps > 0:
+            with RateFloor(min_rate_bps, grace_s, peer) as floor:
+                frame = await io.recv(limit, sink=floor.sink(sink or MemorySink()))
+        else:
+            frame = await io.recv(limit, sink=sink)
+    finally:
+        if sink is not None and sink.cut is not None and on_cut is not None:
+            on_cut(sink.cut)
     message = decode(frame)
     del frame  # the message's views keep the buffer alive only while they are needed
     if not isinstance(message, msg.Entry):
         raise ProtocolError(Reason.MALFORMED, f"expected entry, got {message.TYPE}")
     return message, (sink.frame if sink is not None else None)
+
+
+async def _resumed(
+    ctx: SessionContext, session: Session, tail: msg.Entry,
+) -> tuple[msg.Entry, MappedFrame]:
+    """The whole entry frame: the kept bytes of a cut transfer and ``tail``, the rest (the
+    session checked that we asked for exactly this offset). Verified by the caller as any
+    entry; a partial that does not fit its tail is dropped and the entry refused."""
+    item = session.announced_entry
+    partial = (None if ctx.partials is None
+               else ctx.partials.take(id(session), item.origin, item.version))
+    if partial is None or partial.have != tail.offset:  # asked only for what we claimed
+        raise ProtocolError(Reason.MALFORMED, "entry offset for no transfer we kept")
+    try:
+        whole = await trio.to_thread.run_sync(partial.complete, tail.payload)
+    except (ValueError, OSError) as exc:
+        partial.unlink()
+        raise ProtocolError(Reason.PAYLOAD_MISMATCH, f"cannot resume: {exc}") from exc
+    message = msg.decode_frame(whole.body)
+    if not isinstance(message, msg.Entry) or message.offset:
+        raise ProtocolError(Reason.MALFORMED, "a kept transfer is not an entry")
+    log.info("resumed %s@%d from byte %d of %d", item.origin[:16], item.version,
+             partial.have, partial.payload_len)
+    return message, whole
 
 
 async def _receive_entry(
@@ -372,7 +419,11 @@ async def _receive_entry(
         message, mapped = await read_entry(
             io, limit, ctx.spool_dir, decode=session.receive,
             min_rate_bps=ctx.min_receive_rate_bps, grace_s=ctx.receive_grace_s,
-            peer=session.peer_id)
+            peer=session.peer_id,
+            on_cut=None if ctx.partials is None or not session.resumes else ctx.partials.keep)
+        if message.offset:  # the rest of a cut transfer: joined to the bytes we kept
+            del mapped  # the tail's spooled file goes once the tail is copied
+            message, mapped = await _resumed(ctx, session, message)
         # The worker gets immutable snapshots, taken here on the loop thread: the live
         # ledger (and manifest) may change meanwhile and are never touched from the worker.
         check = node.verifier(message, mapped, ctx.now())

@@ -42,6 +42,7 @@ import secrets
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -171,6 +172,18 @@ def open_mapped(path: Path, *, check: bool) -> MappedFrame:
     return MappedFrame(path)
 
 
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """What a :class:`SpoolWriter` with ``keep_cut`` kept of a frame that ended early: the
+    file (a state-file header placeholder, then ``filled`` body bytes), the frame's announced
+    length and the SHA-256 state of the bytes in hand (peerd.store.partials resumes it)."""
+
+    path: Path
+    frame_len: int
+    filled: int
+    sha256: hashlib._Hash
+
+
 class SpoolWriter:
     """Receives one frame body into a temporary file in ``directory`` (a framing sink).
 
@@ -182,8 +195,11 @@ class SpoolWriter:
     entry still works, it just is not persisted (logged).
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, keep_cut: bool = False) -> None:
         self._dir = directory
+        self._keep_cut = keep_cut
+        #: With ``keep_cut``: the bytes of a frame that ended early, after ``abort``.
+        self.cut: Cut | None = None
         self._fd: int | None = None
         self._path: Path | None = None
         self._mem: MemorySink | None = None
@@ -271,7 +287,15 @@ class SpoolWriter:
             self._path = None
 
     def abort(self) -> None:
-        """The frame will not complete (EOF, timeout, cancel): delete what was written."""
+        """The frame will not complete (EOF, timeout, cancel): delete what was written, or
+        with ``keep_cut`` hand it over as :attr:`cut` (the caller owns the file then)."""
+        if (self._keep_cut and self._fd is not None and self._path is not None
+                and self._mem is None and 0 < self._filled < self._length):
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+            self.cut = Cut(self._path, self._length, self._filled, self._hash.copy())
+            self._path = None
         self._discard_file()
         self._mem = None
 
