@@ -196,6 +196,9 @@ PENDING_READINGS: dict[str, tuple[str, Path]] = {
     "core": ("benchmarks.bench_core", OUTPUTS / "core.json"),
     "robust": ("benchmarks.bench_robust", OUTPUTS / "robust.json"),
     "protocol": ("benchmarks.bench_protocol", OUTPUTS / "protocol.json"),
+    "sim": ("benchmarks.bench_sim", OUTPUTS / "sim.json"),
+    "knowledge": ("benchmarks.bench_knowledge", OUTPUTS / "knowledge.json"),
+    "daemon": ("benchmarks.bench_daemon", OUTPUTS / "daemon.json"),
 }
 
 
