@@ -199,6 +199,7 @@ PENDING_READINGS: dict[str, tuple[str, Path]] = {
     "sim": ("benchmarks.bench_sim", OUTPUTS / "sim.json"),
     "knowledge": ("benchmarks.bench_knowledge", OUTPUTS / "knowledge.json"),
     "daemon": ("benchmarks.bench_daemon", OUTPUTS / "daemon.json"),
+    "transport": ("benchmarks.bench_transport", OUTPUTS / "transport.json"),
 }
 
 
