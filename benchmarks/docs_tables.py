@@ -264,7 +264,7 @@ def registry() -> list[DocTable]:
 #: in :data:`PENDING_READINGS` write them now; :func:`unregistered` drops them once committed.
 UNREGISTERED_SECTIONS: frozenset[tuple[str, str]] = frozenset({
     ("docs/benchmarks.md", "core"),
-    ("docs/benchmarks.md", "protocol"), ("docs/benchmarks.md", "transport"),
+    ("docs/benchmarks.md", "protocol"),
     ("docs/benchmarks.md", "robust"),
 })
 
