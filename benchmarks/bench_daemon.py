@@ -1,8 +1,13 @@
-"""Real `peerd run` daemons: peak memory idle and during an exchange, and time to first peer.
+"""Real `peerd run` daemons: peak memory idle and during an exchange, and start-up times.
 
     .venv/bin/python -m benchmarks.bench_daemon [--params 11000000] [--capacity 2]
-        [--memory-runs 3] [--mesh-runs 2] [--start-runs 5] [--compare REV] [--skip-rss]
-        [--skip-mesh] [--skip-start] [--no-write]
+        [--memory-runs 3] [--start-runs 5] [--compare REV] [--skip-rss] [--skip-start]
+        [--quick] [--no-write] [--render]
+
+The memory readings (with their provenance) go to docs/reproduction/daemon.json and the
+``daemon`` section of docs/benchmarks.md is rendered from them; the start-up readings go to
+docs/reproduction/daemon-start.json and its ``daemon-start`` section (``--render``
+re-renders both without measuring; benchmarks/docs_tables.py and tests/docs diff them).
 
 1. **Memory** (loopback, mDNS off): a daemon M whose task's model has ``--params`` float32
    parameters (44 MB at the default; an MLP of 10 hidden layers ~1044 wide) runs alone until it has trained and published a few
@@ -14,13 +19,12 @@
    the fixed cost of the daemon's code (libp2p, zeroconf, cryptography, ...).
    Then the daemon's own steps (build, round, receive, persist) run one at a time in one
    process to show which of them allocate how many model sizes (:mod:`benchmarks._breakdown`).
-2. **Mesh** (two network namespaces on a private bridge, mDNS on, the default ``digits``
-   task): both daemons start at the same instant; from each daemon's log, seconds from
-   its start (``Popen``) to "listening", to the first "discovered" and to the first
-   "received N entries". Needs root and iproute2; mDNS never leaves the namespaces.
-3. **Start-up** (:mod:`benchmarks._startup`): launch → READY=1 of one node, and launch →
-   first entry in fresh two-namespace meshes, ``--start-runs`` times, each next to
-   ``python -c "import torch"``; with ``--compare REV`` also the daemon of that revision.
+2. **Start-up** (:mod:`benchmarks._startup`): launch → READY=1 of one node, and launch →
+   first entry in fresh two-namespace meshes (mDNS on; needs root and iproute2; mDNS never
+   leaves the namespaces), ``--start-runs`` times, each next to ``python -c "import
+   torch"``; with ``--compare REV`` also the daemon of that revision. (It replaced an older
+   mesh phase that timed log lines of two meshes once, without a baseline: the two
+   sections then disagreed about the time to the first entry.)
 
 Daemons are always stopped (SIGTERM, then SIGKILL) and namespaces deleted, also on errors.
 The daemons load their task from this module (``benchmarks.bench_daemon:bench_task``), so
@@ -30,12 +34,12 @@ it imports only what a daemon imports anyway.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +68,6 @@ TINY_PARAMS = 10_000
 START_TIMEOUT_S = 120.0
 #: C entries of 44 MB over libp2p (~15 MB/s when loaded) plus verification and rounds.
 EXCHANGE_TIMEOUT_S = 240.0
-MESH_TIMEOUT_S = 120.0
 #: Rounds M must have completed (training and publishing) before the idle reading, and
 #: after caching all C entries (each of those rounds blends them) before the final one.
 SETTLE_ROUNDS = 2
@@ -72,7 +75,6 @@ SETTLE_ROUNDS = 2
 #: τ_max that keeps every entry for the whole run.
 MEMORY_LEARNING = {"round_interval_s": 2.0, "local_steps": 2, "batch_size": 32,
                    "tau_max": 3600.0}
-MESH_LEARNING = {"round_interval_s": 2.0, "tau_max": 600.0}
 MB = 1e6
 
 
@@ -245,97 +247,46 @@ def memory_report(r: dict[str, Any]) -> list[str]:
     ]
 
 
-# --- 2. two-namespace mesh ------------------------------------------------------------------
+#: The committed memory readings the ``daemon`` section is rendered from.
+READINGS = REPO / "docs" / "reproduction" / "daemon.json"
 
 
-def bench_mesh(runs: int) -> dict[str, Any]:
-    """``runs`` fresh two-namespace meshes, one after another."""
-    from tests.net.netns import skip_reason
+def render(r: dict[str, Any]) -> str:
+    """The ``daemon`` section from one run's memory readings."""
+    from benchmarks._breakdown import breakdown_report  # imports this module's settings
 
-    reason = skip_reason()
-    if reason is not None:
-        return {"skipped": reason}
-    return {"runs": [_mesh_once() for _ in range(runs)]}
-
-
-def _mesh_once() -> dict[str, Any]:
-    from tests.net.netns import netns_lan
-
-    with ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="peerd-bench-")))
-        hosts = stack.enter_context(netns_lan(2))
-        daemons = make_fleet(tmp, 2, hosts=hosts)
-        for i, d in enumerate(daemons):
-            write_config(d, static=[], mdns=True, learning=MESH_LEARNING,
-                         task={"name": "digits", "node_index": i, "node_count": 2})
-        stack.enter_context(running(daemons))
-        t0 = time.monotonic()
-        for d in daemons:
-            d.start({})
-
-        # A daemon whose peer dialled in first logs no "discovered" line: its status (polled)
-        # then tells when the peer appeared in its table.
-        peer_seen: dict[str, float] = {}
-
-        def poll_peers() -> None:
-            for d in daemons:
-                if d.name not in peer_seen and (d.status() or {}).get("peers"):
-                    peer_seen[d.name] = time.time() - d.started_at
-
-        def both_received() -> bool:
-            return all(any(e.startswith("received ") for _, e in d.events()) for d in daemons)
-
-        wait_for(both_received, MESH_TIMEOUT_S, "both daemons to receive an entry", daemons,
-                 every=poll_peers)
-        out: dict[str, Any] = {"seconds": time.monotonic() - t0, "nodes": []}
-        for d in daemons:
-            ev = d.events()
-
-            def first(prefix: str, events: list[tuple[float, str]] = ev) -> float | None:
-                return next((t for t, e in events if e.startswith(prefix)), None)
-
-            out["nodes"].append({"listening": first("listening on"),
-                                 "discovered": first("discovered "),
-                                 "peer_in_status": peer_seen.get(d.name),
-                                 "received": first("received ")})
-    return out
-
-
-def mesh_report(r: dict[str, Any]) -> list[str]:
-    if "skipped" in r:
-        return ["### Two-namespace mesh", "", f"Skipped: {r['skipped']}."]
     lines = [
-        "### Two daemons in two network namespaces (mDNS on, task `digits`)",
+        "## Daemon: memory",
         "",
-        "Both started at the same instant; seconds from each daemon's start (process "
-        "launch, imports included) to its first log line of each kind (\"listening on\", "
-        "\"discovered\", \"received N entries\").",
+        "Real `peerd run` processes, 1 torch thread each. Start-up and the time to the first "
+        "peer's entry are the section \"Daemon: start-up\" below (`daemon-start`), measured "
+        "against `import torch` in the same run.",
         "",
-        "| run | daemon | listening | first peer discovered | first entry received |",
-        "| --- | --- | --- | --- | --- |",
+        *memory_report(r["memory"]), "",
+        *breakdown_report(r["breakdown"]),
     ]
-    for run, one in enumerate(r["runs"], 1):
-        for i, n in enumerate(one["nodes"]):
-            if n["discovered"] is not None:
-                found = f"{n['discovered']:.1f} s (mDNS)"
-            elif n["peer_in_status"] is not None:
-                found = f"≤ {n['peer_in_status']:.1f} s (it dialled in first; status poll)"
-            else:
-                found = "–"
-            lines.append(f"| {run} | node{i} | {n['listening']:.1f} s | {found} | "
-                         f"{n['received']:.1f} s |")
-    took = ", ".join(f"{one['seconds']:.0f} s" for one in r["runs"])
-    lines += ["", f"Each mesh ran until both daemons had received an entry ({took})."]
-    return lines
+    if "provenance" in r:
+        lines += ["", _provenance.line(r["provenance"])]
+    return "\n".join(lines) + "\n"
+
+
+def _render_start(start: dict[str, Any]) -> str:
+    return "\n".join([
+        "## Daemon: start-up",
+        "",
+        f"Machine: {_machine()}. Command: `{start['provenance']['command_line']}` (as root for "
+        f"the namespaces). Every reading: `{START_JSON.relative_to(REPO)}`.",
+        "",
+        *start_report(start)])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    from benchmarks._report import readings_parser, write_section  # `python -m` from the root
+
+    ap = readings_parser(__doc__.splitlines()[0])
     ap.add_argument("--params", type=int, default=11_000_000)
     ap.add_argument("--capacity", type=int, default=2)
     ap.add_argument("--skip-rss", action="store_true")
-    ap.add_argument("--skip-mesh", action="store_true")
-    ap.add_argument("--mesh-runs", type=int, default=2)
     ap.add_argument("--skip-start", action="store_true")
     ap.add_argument("--start-runs", type=int, default=5,
                     help="rounds of the start-up timings (READY=1, first entry; medians)")
@@ -343,11 +294,9 @@ def main() -> None:
                     help="also time the daemon of this git revision, interleaved")
     ap.add_argument("--memory-runs", type=int, default=3,
                     help="memory phases to run; the report shows the one with the highest peak")
-    ap.add_argument("--no-write", action="store_true", help="print, don't touch docs/benchmarks.md")
     ap.add_argument("--breakdown-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.breakdown_child:
-        import json
         import logging
 
         from benchmarks._breakdown import breakdown_child
@@ -355,61 +304,39 @@ def main() -> None:
         logging.disable(logging.INFO)  # stdout carries the JSON result only
         print(json.dumps(breakdown_child(args.params, args.capacity)))
         return
-    t0 = time.monotonic()
-    load0 = os.getloadavg()[0]
+    if args.render:
+        write_section("daemon", render(json.loads(READINGS.read_text())))
+        return
+    params = 1_100_000 if args.quick else args.params
+    memory_runs = 1 if args.quick else args.memory_runs
     provenance = _provenance.start(ap, args)
     mem = None
     if not args.skip_rss:
-        runs = [bench_memory(args.params, args.capacity) for _ in range(args.memory_runs)]
+        runs = [bench_memory(params, args.capacity) for _ in range(memory_runs)]
         # The worst run is the one reported and judged: a goal met only on average is not met.
         mem = max(runs, key=lambda r: r["exchange"]["VmHWM"])
         mem["all_peaks"] = [r["exchange"]["VmHWM"] for r in runs]
     # Imported here: benchmarks._breakdown imports this module's settings.
-    from benchmarks._breakdown import bench_breakdown, breakdown_report
+    from benchmarks._breakdown import bench_breakdown
 
-    parts = None if args.skip_rss else bench_breakdown(args.params, args.capacity)
-    mesh = None if args.skip_mesh else bench_mesh(args.mesh_runs)
+    parts = None if args.skip_rss else bench_breakdown(params, args.capacity)
     start = None if args.skip_start else bench_start(args.start_runs, args.compare)
-    argv = " ".join(sys.argv[1:])
-    lines = [
-        "## Daemon: memory and time to first peer",
-        "",
-        f"Machine: {_machine()}. Command: `.venv/bin/python -m benchmarks.bench_daemon"
-        f"{' ' + argv if argv else ''}` (as root for the namespaces; {time.monotonic() - t0:.0f}"
-        f" s in all; load average {load0:.1f} before, {os.getloadavg()[0]:.1f} after). "
-        "Real `peerd run` processes, 1 torch thread each.",
-        "",
-    ]
-    if mem is not None:
-        lines += [*memory_report(mem), ""]
-    if parts is not None:
-        lines += [*breakdown_report(parts), ""]
-    if mesh is not None:
-        lines += mesh_report(mesh)
     record = provenance.record()
-    lines += ["", _provenance.line(record)]
-    text = "\n".join(lines)
+    readings = None if mem is None else {"memory": mem, "breakdown": parts,
+                                         "provenance": record}
+    if readings is not None:
+        print(render(readings))
     if start is not None:
         start["provenance"] = record
-    # Its own section: start-up can be re-measured (--skip-rss --skip-mesh) without
-    # replacing the memory rows above it.
-    started = None if start is None else "\n".join([
-        "## Daemon: start-up",
-        "",
-        f"Machine: {_machine()}. Command: `.venv/bin/python -m benchmarks.bench_daemon"
-        f"{' ' + argv if argv else ''}` (as root for the namespaces). Every reading: "
-        f"`{START_JSON.relative_to(REPO)}`.",
-        "",
-        *start_report(start)])
-    print(text if started is None else f"{text}\n{started}")
-    print({"memory": mem, "breakdown": parts, "mesh": mesh, "start": start})
+        print(_render_start(start))
     if not args.no_write:
-        from benchmarks._report import write_section
-
-        if mem is not None or mesh is not None:
-            write_section("daemon", text)
-        if start is not None and started is not None:
-            write_section("daemon-start", started)
+        if readings is not None:
+            READINGS.write_text(json.dumps(readings, indent=1) + "\n")
+            write_section("daemon", render(readings))
+        if start is not None:
+            # Its own section: start-up can be re-measured (--skip-rss) without replacing
+            # the memory rows above it.
+            write_section("daemon-start", _render_start(start))
             save_start(start)
 
 

@@ -1,7 +1,10 @@
 """Simulator benchmark: one round of training for all agents, batched (vmap) vs per-agent loop.
 
-Run: ``.venv/bin/python -m benchmarks.bench_sim`` (``--quick`` for a smaller smoke run;
-``--no-write`` to print without updating docs/benchmarks.md).
+    .venv/bin/python -m benchmarks.bench_sim [--threads N] [--quick] [--no-write] [--render]
+
+The readings (with their provenance) go to docs/reproduction/sim.json and the section of
+docs/benchmarks.md is rendered from them (``--render`` re-renders without measuring;
+benchmarks/docs_tables.py and tests/docs re-render and diff it).
 
 Both paths train the same agents from the same models on the same mini-batches (the batched
 path is tested to agree with the loop to float tolerance), in the same process, alternating
@@ -11,14 +14,14 @@ Throughput is agent-steps per second (one agent doing one local SGD step = 1).
 
 from __future__ import annotations
 
-import argparse
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from benchmarks import _provenance
-from benchmarks._report import interleaved, machine, write_section
+from benchmarks._report import interleaved
 from peerd.core.entry import flatten
 from peerd.learn.data import load_dataset, partition
 from peerd.learn.models import build_model, default_model_kind
@@ -94,60 +97,68 @@ def bench_full_round(rounds: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller configs, fewer repeats")
-    parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    started = _provenance.start(parser, args)
-    torch.set_num_threads(args.threads)
-    repeat = 2 if args.quick else 3
+#: The committed readings the doc's section is rendered from (docs_tables re-renders it).
+READINGS = Path(__file__).resolve().parent.parent / "docs" / "reproduction" / "sim.json"
+
+
+def measure(threads: int, quick: bool) -> dict[str, Any]:
+    """Every reading of the section, JSON-able."""
+    torch.set_num_threads(threads)
+    repeat = 2 if quick else 3
     # The paper's CNN at the paper's N = 100 but one step: its loop runs ~20 agent-steps/s.
     configs = [("digits", "mlp", 100, 10)]
-    if not args.quick:
+    if not quick:
         configs += [("mnist", "mlp", 100, 10), ("mnist", "cnn", 100, 1)]
     rows = []
     for dataset, kind, agents, steps in configs:
         r = bench_training(dataset, kind, agents, steps, repeat)
-        rows.append((f"{dataset} / {kind}", agents, steps, r))
-        print(
-            f"{dataset}/{kind}: N={agents} K={steps} params={r['params']:.0f}  "
-            f"batched {r['batched_s']:.3f} s ({r['batched_steps_per_s']:.0f} agent-steps/s)  "
-            f"loop {r['loop_s']:.3f} s ({r['loop_steps_per_s']:.0f} agent-steps/s)  "
-            f"speedup {r['speedup']:.2f}x"
-        )
-    full = bench_full_round(2 if args.quick else 5)
-    print(
-        f"full cached-dfl round, digits N=100 K=10: {full['seconds_per_round']:.2f} s/round "
-        f"({full['agent_steps_per_s']:.0f} agent-steps/s incl. mobility, merge, blend, eval)"
-    )
+        rows.append({"data": dataset, "model": kind, "agents": agents, "steps": steps, **r})
+    rounds = 2 if quick else 5
+    full = bench_full_round(rounds)
+    return {"repeat": repeat, "batch": 64, "rho": 0.01, "training": rows,
+            "full_round": {"rounds": rounds, **full}}
+
+
+def render(r: dict[str, Any]) -> str:
+    """The doc's section from one run's readings."""
     lines = [
         "## Simulator (`peerd sim`): batched vs per-agent training",
         "",
-        f"Machine: {machine()}. Command: `.venv/bin/python -m benchmarks.bench_sim"
-        f"{' --quick' if args.quick else ''}`. One round of K local steps (batch 64, ρ=0.01) for "
-        "all agents; median of interleaved repetitions. Goal: batched ≥ 3× the loop.",
+        f"One round of K local steps (batch {r['batch']}, ρ={r['rho']}) for all agents; median "
+        f"of {r['repeat']} interleaved repetitions, both paths in the same process. "
+        "Goal: batched ≥ 3× the loop.",
         "",
         "| data / model | N | K | batched s | loop s | speedup | batched agent-steps/s |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for label, agents, steps, r in rows:
+    for t in r["training"]:
         lines.append(
-            f"| {label} ({r['params']:.0f} params) | {agents} | {steps} | {r['batched_s']:.3f} "
-            f"| {r['loop_s']:.3f} | {r['speedup']:.2f}× | {r['batched_steps_per_s']:.0f} |"
+            f"| {t['data']} / {t['model']} ({t['params']:.0f} params) | {t['agents']} "
+            f"| {t['steps']} | {t['batched_s']:.3f} | {t['loop_s']:.3f} | {t['speedup']:.2f}× "
+            f"| {t['batched_steps_per_s']:.0f} |"
         )
+    full = r["full_round"]
     lines += [
         "",
-        f"Whole simulated cached-dfl rounds (digits, N=100, K=10, 120 s of mobility, merges, "
-        f"blend, evaluation on the full test set): {full['seconds_per_round']:.2f} s per round, "
-        f"{full['agent_steps_per_s']:.0f} agent-steps/s, {full['merges_per_round']:.0f} cache "
-        "merges per round.",
-        "",
-        _provenance.line(started.record()),
+        f"Whole simulated cached-dfl rounds ({full['rounds']} rounds of digits, N=100, K=10, "
+        "120 s of mobility, merges, blend, evaluation on the full test set): "
+        f"{full['seconds_per_round']:.2f} s per round, {full['agent_steps_per_s']:.0f} "
+        f"agent-steps/s, {full['merges_per_round']:.0f} cache merges per round.",
     ]
-    if not args.no_write:
-        write_section("sim", "\n".join(lines))
+    if "provenance" in r:
+        from benchmarks import _provenance  # needs `python -m` from the repo root
+
+        lines += ["", _provenance.line(r["provenance"])]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    from benchmarks._report import readings_parser, run_section  # `python -m` from the root
+
+    parser = readings_parser(__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    run_section("sim", parser, args, READINGS, lambda: measure(args.threads, args.quick), render)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,12 @@
 """A 44 MB entry on loopback: libp2p (Noise+Yamux) vs raw TCP, and a real gossip session.
 
-    .venv/bin/python -m benchmarks.bench_transport [--mb 44] [--repeat 3] [--no-write]
-        [--cases raw_entry,tcp2_session,p2p2_session,p2p2_unmended]
+    .venv/bin/python -m benchmarks.bench_transport [--mb 44] [--repeat 3] [--quick]
+        [--no-write] [--render] [--cases raw_entry,tcp2_session,p2p2_session,p2p2_unmended]
+
+The readings (every repetition's seconds, with their provenance) go to
+docs/reproduction/transport.json and the section of docs/benchmarks.md is rendered from them
+(``--render`` re-renders without measuring; benchmarks/docs_tables.py and tests/docs
+re-render and diff it).
 
 Every case runs on a connection opened beforehand, and the cases alternate each repetition
 (median reported), so machine load hits all of them alike. Each time runs from the first
@@ -24,12 +29,12 @@ byte written until the receiver has the whole frame (or has finished the session
   with py-libp2p's own data path (``peerd.net.mends_throughput`` off on both ends, B in a
   child of its own), so one run shows the mends' effect.
 
-``--cases`` runs only the named cases (printed, never written to ``docs/benchmarks.md``).
+``--cases`` runs only the named cases (printed, never written to ``docs/benchmarks.md``);
+``--quick`` a 4.4 MB entry, 2 repetitions.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import os
@@ -39,12 +44,12 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from benchmarks import _provenance
-from benchmarks._report import machine, write_section
+from benchmarks._report import readings_parser, run_section
 from benchmarks.transport_peers import (
     CASE_TIMEOUT_S,
     CHUNK,
@@ -381,15 +386,18 @@ async def _open_stream(t: Transport, peer_id: str, addrs: list[str], *,
         await trio.sleep_forever()
 
 
-def report(samples: dict[str, list[float]], mb: float, repeat: int, load: tuple[float, float],
-           seconds: float) -> str:
+#: The committed readings the doc's section is rendered from (docs_tables re-renders it).
+READINGS = Path(__file__).resolve().parent.parent / "docs" / "reproduction" / "transport.json"
+
+
+def render(r: dict[str, Any]) -> str:
+    """The doc's section from one run's readings."""
+    samples, mb, repeat = r["samples"], r["mb"], r["repeat"]
     med = {k: statistics.median(v) for k, v in samples.items()}
     lines = [
         f"## Transport: a {mb:g} MB entry on loopback, libp2p vs raw TCP",
         "",
-        f"Machine: {machine()}. Command: `.venv/bin/python -m benchmarks.bench_transport "
-        f"--mb {mb:g} --repeat {repeat}` ({seconds:.0f} s; load average {load[0]:.1f} before, "
-        f"{load[1]:.1f} after). Each case runs on a connection opened beforehand; the cases "
+        "Each case runs on a connection opened beforehand; the cases "
         f"alternate every repetition (1 warm-up, median of {repeat}). Times run from the first "
         "byte written until the receiver holds the whole frame (acknowledged by 1 byte) or has "
         "verified and merged the entry.",
@@ -414,7 +422,9 @@ def report(samples: dict[str, list[float]], mb: float, repeat: int, load: tuple[
         "",
         summary(samples, mb),
     ]
-    return "\n".join(lines)
+    if "provenance" in r:
+        lines += ["", _provenance.line(r["provenance"])]
+    return "\n".join(lines) + "\n"
 
 
 def summary(samples: dict[str, list[float]], mb: float) -> str:
@@ -438,11 +448,10 @@ def summary(samples: dict[str, list[float]], mb: float) -> str:
     return text
 
 
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
+def cli() -> None:
+    ap = readings_parser(__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=44.0)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--no-write", action="store_true", help="print, don't touch docs/benchmarks.md")
     ap.add_argument("--cases", default="",
                     help="comma-separated case keys to run (printed only): "
                          + ",".join(k for k, _ in ROWS))
@@ -450,22 +459,19 @@ if __name__ == "__main__":
     only = [k for k in args.cases.split(",") if k]
     if unknown := set(only) - {k for k, _ in ROWS}:
         ap.error(f"unknown cases: {', '.join(sorted(unknown))}")
-    load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    started = _provenance.start(ap, args)
-    samples = trio.run(main, args.mb, args.repeat, only)
-    load = (load0, os.getloadavg()[0])
+    mb, repeat = (4.4, 2) if args.quick else (args.mb, args.repeat)
     if only:
-        print(f"load average {load[0]:.1f} before, {load[1]:.1f} after; "
-              f"{time.perf_counter() - t0:.0f} s")
+        t0 = time.perf_counter()
+        samples = trio.run(main, mb, repeat, only)
+        print(f"load average {os.getloadavg()[0]:.1f} after; {time.perf_counter() - t0:.0f} s")
         if {"p2p2_session", "tcp2_session", "raw_entry"} <= set(only):
-            print(summary(samples, args.mb))
+            print(summary(samples, mb))
     else:
-        text = report(samples, args.mb, args.repeat, load, time.perf_counter() - t0)
-        text = text.rstrip("\n") + "\n\n" + _provenance.line(started.record()) + "\n"
-        print(text)
-        if not args.no_write:
-            write_section("transport", text)
-    for key in samples:
-        print(key, " ".join(f"{t:.3f}" for t in samples[key]),
-              f"median {statistics.median(samples[key]):.3f}")
+        def measure() -> dict[str, Any]:
+            return {"mb": mb, "repeat": repeat, "samples": trio.run(main, mb, repeat, [])}
+
+        run_section("transport", ap, args, READINGS, measure, render)
+
+
+if __name__ == "__main__":
+    cli()
