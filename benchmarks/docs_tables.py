@@ -196,6 +196,7 @@ PENDING_READINGS: dict[str, tuple[str, Path]] = {
     "core": ("benchmarks.bench_core", OUTPUTS / "core.json"),
     "robust": ("benchmarks.bench_robust", OUTPUTS / "robust.json"),
     "protocol": ("benchmarks.bench_protocol", OUTPUTS / "protocol.json"),
+    "simflops": ("benchmarks.bench_simflops", OUTPUTS / "simflops.json"),
 }
 
 
