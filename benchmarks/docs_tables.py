@@ -200,6 +200,7 @@ PENDING_READINGS: dict[str, tuple[str, Path]] = {
     "knowledge": ("benchmarks.bench_knowledge", OUTPUTS / "knowledge.json"),
     "daemon": ("benchmarks.bench_daemon", OUTPUTS / "daemon.json"),
     "transport": ("benchmarks.bench_transport", OUTPUTS / "transport.json"),
+    "simflops": ("benchmarks.bench_simflops", OUTPUTS / "simflops.json"),
 }
 
 
