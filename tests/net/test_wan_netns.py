@@ -129,3 +129,15 @@ def test_netem_delay_on_the_uplinks_shows_in_the_round_trip() -> None:
     # Both ends of the uplink delay: a round trip crosses 2 × delay.
     assert min(rtts) >= 2 * delay_ms * 0.95, rtts
     print(f"netem {delay_ms} ms each way: RTTs {rtts} ms", file=sys.stderr)
+
+
+def test_a_rate_on_the_uplinks_bounds_a_transfers_throughput() -> None:
+    rate_mbit, n = 20.0, 2_000_000  # 0.8 s at the rate
+    with built(link=Link(rate_mbit=rate_mbit)) as w:
+        got = subprocess.run(w.sites["a"].hosts[0].python(
+            ECHO, "blast", w.public[0].address, str(PORT), str(n)),
+            capture_output=True, text=True, timeout=30, check=True)
+    mbit_s = n * 8 / float(got.stdout) / 1e6
+    print(f"{rate_mbit} Mbit/s uplink: {n} bytes at {mbit_s:.1f} Mbit/s", file=sys.stderr)
+    # Unshaped veths carry Gbit/s; a burst of 16 kB lets the first packets through at once.
+    assert 0.6 * rate_mbit <= mbit_s <= 1.1 * rate_mbit

@@ -3,7 +3,10 @@
 
 - ``serve PORT``: TCP and UDP on PORT; answers every connection or datagram with the
   ``IP:PORT`` it came from (TCP: the line, then close). Prints ``ready`` once bound.
+  TCP on PORT+1 is a sink: it reads to EOF and answers the byte count.
 - ``tcp HOST PORT``: connects (3 s), prints the answer, or ``error: ...`` and exits 1.
+- ``blast HOST PORT BYTES``: sends BYTES to the sink at PORT+1, prints the seconds until its
+  answer came back (everything had arrived).
 - ``udp LOCAL_PORT``: one socket bound to LOCAL_PORT; for every stdin line ``HOST PORT`` sends
   a datagram and prints ``<answer> <rtt_ms>`` (or ``timeout``), so one flow outlives the lines.
 """
@@ -23,9 +26,20 @@ def serve(port: int) -> None:
     tcp.listen(16)
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind(("0.0.0.0", port))
+    sink = socket.socket()
+    sink.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sink.bind(("0.0.0.0", port + 1))
+    sink.listen(4)
     print("ready", flush=True)
     while True:
-        ready, _, _ = select.select([tcp, udp], [], [])
+        ready, _, _ = select.select([tcp, udp, sink], [], [])
+        if sink in ready:
+            conn, _ = sink.accept()
+            with conn:
+                got = 0
+                while chunk := conn.recv(65536):
+                    got += len(chunk)
+                conn.sendall(f"{got}\n".encode())
         if udp in ready:
             _, (ip, sport) = udp.recvfrom(2048)
             udp.sendto(f"{ip}:{sport}".encode(), (ip, sport))
@@ -43,6 +57,15 @@ def tcp(host: str, port: int) -> int:
         print(f"error: {exc}", flush=True)
         return 1
     return 0
+
+
+def blast(host: str, port: int, n: int) -> None:
+    with socket.create_connection((host, port + 1), timeout=30) as s:
+        t0 = time.monotonic()
+        s.sendall(bytes(n))
+        s.shutdown(socket.SHUT_WR)
+        assert int(s.makefile().readline()) == n
+        print(f"{time.monotonic() - t0:.3f}", flush=True)
 
 
 def udp(local_port: int) -> None:
@@ -67,5 +90,7 @@ if __name__ == "__main__":
         serve(int(rest[0]))
     elif mode == "tcp":
         sys.exit(tcp(rest[0], int(rest[1])))
+    elif mode == "blast":
+        blast(rest[0], int(rest[1]), int(rest[2]))
     else:
         udp(int(rest[0]))
