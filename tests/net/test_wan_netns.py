@@ -1,0 +1,143 @@
+"""The namespace WAN itself (tests/net/wan.py, issue 27 item 4): the routers really translate,
+really keep strangers out, map ports as each site's NAT type says, and shape their uplinks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from peerd.mesh.netns import Host
+from tests.net.wan import Link, Wan, skip_reason, wan
+
+ECHO = str(Path(__file__).with_name("wan_echo.py"))
+PORT = 7007  # inside the namespaces only
+CLIENT_PORT = 40000
+
+
+@contextmanager
+def servers(hosts: list[Host]) -> Iterator[None]:
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for h in hosts:
+            p = subprocess.Popen(h.python(ECHO, "serve", str(PORT)), stdout=subprocess.PIPE,
+                                 text=True)
+            procs.append(p)
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "ready"
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@contextmanager
+def built(public_hosts: int = 1, link: Link | None = None) -> Iterator[Wan]:
+    reason = skip_reason(link)
+    if reason is not None:
+        pytest.skip(reason)
+    with wan((2, 2), public_hosts, link=link) as w, servers(w.public):
+        yield w
+
+
+def tcp(src: Host, dst: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(src.python(ECHO, "tcp", dst, str(PORT)), capture_output=True,
+                          text=True, timeout=10)
+
+
+@contextmanager
+def udp_flow(src: Host) -> Iterator[subprocess.Popen[str]]:
+    p = subprocess.Popen(src.python(ECHO, "udp", str(CLIENT_PORT)), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()
+
+
+def send(flow: subprocess.Popen[str], dst: Host) -> tuple[str, int, float]:
+    """(ip, port) the public host ``dst`` saw this flow's datagram come from, and the RTT."""
+    assert flow.stdin is not None
+    assert flow.stdout is not None
+    flow.stdin.write(f"{dst.address} {PORT}\n")
+    flow.stdin.flush()
+    answer = flow.stdout.readline().split()
+    assert answer, "the probe ended"
+    assert answer[0] != "timeout", answer
+    ip, port = answer[0].rsplit(":", 1)
+    return ip, int(port), float(answer[1])
+
+
+def test_a_site_host_reaches_the_public_segment_as_its_routers_public_address() -> None:
+    with built() as w:
+        for site in w.sites.values():
+            got = tcp(site.hosts[0], w.public[0].address)
+            assert got.returncode == 0, got.stdout
+            assert got.stdout.split(":")[0] == site.router.address
+            with udp_flow(site.hosts[1]) as flow:
+                assert send(flow, w.public[0])[0] == site.router.address
+
+
+def test_a_public_host_cannot_connect_into_a_site() -> None:
+    with built() as w:
+        site = w.sites["a"]
+        inside = site.hosts[0]
+        with servers([inside]):
+            # The server runs: its own neighbour reaches it directly...
+            assert tcp(site.hosts[1], inside.address).returncode == 0
+            # ...but a public host, even one routing the private subnet at the router, is dropped.
+            subnet = inside.address.rsplit(".", 1)[0] + ".0/24"
+            subprocess.run(["ip", "-n", w.public[0].name, "route", "add", subnet, "via",
+                            site.router.address], check=True)
+            got = tcp(w.public[0], inside.address)
+            assert got.returncode == 1
+            assert "error" in got.stdout
+
+
+@pytest.mark.parametrize(("site_name", "endpoint_independent"), [("a", True), ("b", False)])
+def test_a_udp_flows_public_port_follows_the_sites_nat_type_and_survives_a_conntrack_flush(
+        site_name: str, endpoint_independent: bool) -> None:
+    with built(public_hosts=2) as w:
+        site = w.sites[site_name]
+        with udp_flow(site.hosts[0]) as flow:
+            _, to_p0, _ = send(flow, w.public[0])
+            _, to_p1, _ = send(flow, w.public[1])
+            assert send(flow, w.public[0])[1] == to_p0  # a live mapping holds
+            subprocess.run(site.router.command(["conntrack", "-F"]), check=True,
+                           capture_output=True, timeout=10)
+            _, again, _ = send(flow, w.public[0])  # the flow still works, re-mapped
+        if endpoint_independent:
+            # Plain MASQUERADE keeps the free source port: one port for every destination,
+            # and the same one again after the flush.
+            assert to_p0 == to_p1 == again == CLIENT_PORT
+        else:
+            # --random-fully draws a port per mapping: per destination, and anew after it.
+            assert to_p0 != to_p1
+            assert again != to_p0
+
+
+def test_netem_delay_on_the_uplinks_shows_in_the_round_trip() -> None:
+    delay_ms = 40.0
+    with built(link=Link(delay_ms=delay_ms)) as w, udp_flow(w.sites["a"].hosts[0]) as flow:
+        rtts = [send(flow, w.public[0])[2] for _ in range(3)]
+    # Both ends of the uplink delay: a round trip crosses 2 × delay.
+    assert min(rtts) >= 2 * delay_ms * 0.95, rtts
+    print(f"netem {delay_ms} ms each way: RTTs {rtts} ms", file=sys.stderr)
+
+
+def test_a_rate_on_the_uplinks_bounds_a_transfers_throughput() -> None:
+    rate_mbit, n = 20.0, 2_000_000  # 0.8 s at the rate
+    with built(link=Link(rate_mbit=rate_mbit)) as w:
+        got = subprocess.run(w.sites["a"].hosts[0].python(
+            ECHO, "blast", w.public[0].address, str(PORT), str(n)),
+            capture_output=True, text=True, timeout=30, check=True)
+    mbit_s = n * 8 / float(got.stdout) / 1e6
+    print(f"{rate_mbit} Mbit/s uplink: {n} bytes at {mbit_s:.1f} Mbit/s", file=sys.stderr)
+    # Unshaped veths carry Gbit/s; a burst of 16 kB lets the first packets through at once.
+    assert 0.6 * rate_mbit <= mbit_s <= 1.1 * rate_mbit

@@ -1,0 +1,183 @@
+"""A throw-away WAN of network namespaces for tests (issue 27, item 4): sites behind NAT routers
+and a "public" segment, built beside :mod:`peerd.mesh.netns`'s one-bridge LANs.
+
+``wan(site_hosts=(2, 2), public_hosts=1)`` builds
+
+- a public switch namespace (bridge ``br0``, 203.0.113.0/24, TEST-NET-3) holding the public
+  hosts (``203.0.113.<10+i>``) and each router's uplink;
+- per site (``a``, ``b``) a router namespace (``wan0`` = ``203.0.113.<2+k>`` on the public
+  bridge, ``lan0`` = ``10.<net>.<k+1>.1``) and a site switch namespace whose bridge holds the
+  site's hosts (``10.<net>.<k+1>.<i+2>``, default route via the router).
+
+Each router forwards (``ip_forward`` is on there only) and masquerades what leaves ``wan0``:
+site ``a`` plainly (Linux keeps a flow's source port when it is free, so one socket keeps one
+public port towards every destination: endpoint-independent mapping), site ``b`` with
+``--random-fully`` (a random port per flow: symmetric-ish). Like a home router it drops what
+arrives on ``wan0`` unless it belongs to a flow started from inside. ``Link`` shapes both ends of
+each uplink (``tc``: netem for delay and loss, tbf for a rate alone). Every namespace is deleted
+on exit, also when the test fails; nothing is added to the root namespace (no mDNS leaves it).
+Both iptables back ends (nft, legacy) work inside a namespace; ``iptables`` is whichever the
+system's alternative names. ``skip_reason(link)`` says why this cannot run here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+
+from peerd.mesh.netns import IP_CMD_TIMEOUT_S, Host, unavailable
+
+__all__ = ["PUBLIC_SUBNET", "Link", "Site", "Wan", "skip_reason", "wan"]
+
+PUBLIC_SUBNET = "203.0.113"
+#: Site ``a`` keeps a flow's port (endpoint-independent), ``b`` randomises it per flow.
+NAT_FLAGS = {"a": (), "b": ("--random-fully",)}
+
+
+@dataclass(frozen=True)
+class Link:
+    """Shaping applied at both ends of each router's uplink (so an RTT gains 2 × delay)."""
+
+    delay_ms: float = 0.0
+    rate_mbit: float | None = None
+    loss_pct: float = 0.0
+
+    @property
+    def needs_netem(self) -> bool:
+        return self.delay_ms > 0 or self.loss_pct > 0
+
+    def qdisc(self) -> list[str]:
+        if self.needs_netem:
+            args = ["netem", "delay", f"{self.delay_ms}ms"]
+            if self.rate_mbit is not None:
+                args += ["rate", f"{self.rate_mbit}mbit"]
+            if self.loss_pct > 0:
+                args += ["loss", f"{self.loss_pct}%"]
+            return args
+        assert self.rate_mbit is not None
+        # burst: a few MTU-sized packets, so the rate holds over short transfers too.
+        return ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", "16kb", "latency", "400ms"]
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str  # "a" or "b"
+    router: Host  # router namespace; .address is its public (wan0) address
+    lan_address: str  # the router's address on the site bridge
+    hosts: list[Host]
+    random_fully: bool
+
+
+@dataclass(frozen=True)
+class Wan:
+    public: list[Host]
+    sites: dict[str, Site]
+
+
+def _run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), check=check, capture_output=True, text=True,
+                          timeout=IP_CMD_TIMEOUT_S)
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    _run(["ip", *args], check=check)
+
+
+@cache
+def _netem_missing() -> str | None:
+    probe = f"peerd-qprobe-{uuid.uuid4().hex[:6]}"
+    _ip("netns", "add", probe)
+    try:
+        got = _run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root",
+                    "netem", "delay", "1ms"], check=False)
+        return None if got.returncode == 0 else \
+            f"tc netem is unavailable in this kernel: {got.stderr.strip()}"
+    finally:
+        _ip("netns", "del", probe, check=False)
+
+
+def skip_reason(link: Link | None = None) -> str | None:
+    """Why this WAN cannot be built here (with ``link``'s shaping), or None if it can."""
+    for tool in ("ip", "iptables", "tc", "conntrack"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not installed (scripts/setup installs it as root)"
+    reason = unavailable()
+    if reason is None and link is not None and link.needs_netem:
+        reason = _netem_missing()
+    return reason
+
+
+def _shape(ns: str, dev: str, link: Link | None) -> None:
+    if link is not None and (link.needs_netem or link.rate_mbit is not None):
+        _ip("-n", ns, "link", "set", dev, "up")
+        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root",
+              *link.qdisc()])
+
+
+@contextmanager
+def wan(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int = 79,
+        link: Link | None = None, prefix: str = "peerdw") -> Iterator[Wan]:
+    tag = uuid.uuid4().hex[:6]
+    created: list[str] = []
+
+    def ns(name: str) -> str:
+        full = f"{prefix}-{tag}-{name}"
+        _ip("netns", "add", full)
+        created.append(full)
+        _ip("-n", full, "link", "set", "lo", "up")
+        return full
+
+    def bridge(name: str) -> str:
+        sw = ns(name)
+        _ip("-n", sw, "link", "add", "br0", "type", "bridge")
+        _ip("-n", sw, "link", "set", "br0", "up")
+        return sw
+
+    def plug(sw: str, port: str, host: str, dev: str, cidr: str) -> None:
+        # Both ends are created inside their namespaces: nothing touches the root namespace.
+        _ip("link", "add", port, "netns", sw, "type", "veth", "peer", "name", dev,
+            "netns", host)
+        _ip("-n", sw, "link", "set", port, "master", "br0", "up")
+        _ip("-n", host, "addr", "add", cidr, "dev", dev)
+        _ip("-n", host, "link", "set", dev, "up")
+
+    try:
+        pub_sw = bridge("pub")
+        public = []
+        for i in range(public_hosts):
+            h = Host(ns(f"p{i}"), f"{PUBLIC_SUBNET}.{10 + i}")
+            plug(pub_sw, f"p{tag}{i}", h.name, "eth0", f"{h.address}/24")
+            public.append(h)
+        sites = {}
+        for k, (name, n) in enumerate(zip("ab", site_hosts, strict=True)):
+            router = Host(ns(f"{name}r"), f"{PUBLIC_SUBNET}.{2 + k}")
+            plug(pub_sw, f"u{tag}{name}", router.name, "wan0", f"{router.address}/24")
+            _shape(router.name, "wan0", link)
+            _shape(pub_sw, f"u{tag}{name}", link)
+            site_sw = bridge(f"{name}s")
+            lan_address = f"10.{net}.{k + 1}.1"
+            plug(site_sw, f"l{tag}{name}", router.name, "lan0", f"{lan_address}/24")
+            rt = ["ip", "netns", "exec", router.name]
+            _run([*rt, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
+            _run([*rt, "iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "wan0",
+                  "-j", "MASQUERADE", *NAT_FLAGS[name]])
+            # A NAT router, not just a translator: inbound only for flows begun inside.
+            _run([*rt, "iptables", "-A", "FORWARD", "-i", "wan0", "-m", "conntrack",
+                  "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+            _run([*rt, "iptables", "-A", "FORWARD", "-i", "wan0", "-j", "DROP"])
+            hosts = []
+            for i in range(n):
+                h = Host(ns(f"{name}{i}"), f"10.{net}.{k + 1}.{i + 2}")
+                plug(site_sw, f"h{tag}{name}{i}", h.name, "eth0", f"{h.address}/24")
+                _ip("-n", h.name, "route", "add", "default", "via", lan_address)
+                hosts.append(h)
+            sites[name] = Site(name, router, lan_address, hosts, bool(NAT_FLAGS[name]))
+        yield Wan(public, sites)
+    finally:
+        for name in reversed(created):
+            _ip("netns", "del", name, check=False)
