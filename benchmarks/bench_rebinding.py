@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import statistics
 import subprocess
@@ -79,7 +80,7 @@ def _flush_and_time(router: Any, members: list[Any], pub_id: str) -> list[dict[s
     return [{"member": name, **g} for name, g in got.items()]
 
 
-def measure(repeat: int, sites: list[str]) -> dict[str, Any]:
+def measure(repeat: int, sites: list[str], logs: Path | None = None) -> dict[str, Any]:
     from peerd.daemon.gossiping import GOSSIP_INTERVAL_S
     from tests.integration.mesh import (
         STARTUP_TIMEOUT_S,
@@ -105,6 +106,9 @@ def measure(repeat: int, sites: list[str]) -> dict[str, Any]:
             write_overrides(node.config, network={
                 "mdns": True, "static_peers": [],
                 "bootstrap": [] if node is pub else [pub.multiaddr()]})
+            if logs is not None:  # the failed dials and stream opens are debug lines
+                write_overrides(node.config, node={"log_level": "debug"})
+        pub.name = "public"
         running: list[Any] = []
         try:
             start((pub, *site_nodes), running)
@@ -132,6 +136,10 @@ def measure(repeat: int, sites: list[str]) -> dict[str, Any]:
                     node.proc.send_signal(signal.SIGTERM)
             for node in running:
                 node.stop()
+            if logs is not None:  # what each daemon said, for reading why a flush took long
+                logs.mkdir(parents=True, exist_ok=True)
+                for node in running:
+                    shutil.copy(node.log, logs / f"{node.name}.log")
     assert len(rounds) == 1, f"the daemons' round intervals differ: {rounds}"
     round_s = rounds.pop()
     return {"repeat": repeat, "sites": sites, "round_interval_s": round_s,
@@ -193,6 +201,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5, help="flushes per site")
     ap.add_argument("--sites", default="a,b", help="comma list of sites to measure (a, b)")
+    ap.add_argument("--logs", type=Path, help="copy each daemon's log into this folder")
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--render", action="store_true",
                     help="measure nothing: rewrite the section from the committed readings")
@@ -204,7 +213,7 @@ def main() -> None:
     if not sites or any(s not in ("a", "b") for s in sites):
         raise SystemExit(f"bench_rebinding: --sites takes a and/or b, not {args.sites!r}")
     started = _provenance.start(ap, args)
-    r = measure(args.repeat, sites)
+    r = measure(args.repeat, sites, args.logs)
     r["provenance"] = started.record()
     md = render(r)
     print(md)
