@@ -151,6 +151,12 @@ def _encoding() -> str:
     return table().rstrip()
 
 
+def _nat_rebinding() -> str:
+    from benchmarks.bench_rebinding import READINGS, render
+
+    return render(_json(READINGS))
+
+
 def _churn() -> str:
     from benchmarks.bench_churn import CHURN_JSON, render
 
@@ -247,6 +253,8 @@ def registry() -> list[DocTable]:
         *(DocTable(reliability, "bench", name, "docs/reliability/soak-30min.json", _soak(part))
           for part, name in ((1, "soak-convergence"), (3, "soak-entries"),
                              (4, "soak-resources"), (5, "soak-states"))),
+        DocTable(reliability, "bench", "nat-rebinding", "docs/reliability/nat-rebinding.json",
+                 _nat_rebinding),
         DocTable(reliability, "bench", "churn", "docs/reliability/churn.json", _churn),
         DocTable(DOCS / "robustness.md", "robustness", "robustness-table",
                  "docs/robustness/*.json", _robustness),

@@ -23,7 +23,13 @@ from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
 from peerd.daemon.participation import Participation
 from peerd.net.discovery import Discovery, PeerHint
 from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
-from peerd.net.transport import Stream, Transport, TransportError
+from peerd.net.transport import (
+    PeerBudgetError,
+    Stream,
+    StreamLimitError,
+    Transport,
+    TransportError,
+)
 from peerd.node.inflight import InFlight
 from peerd.node.peers import Peer, PeerTable
 from peerd.node.state import NodeState
@@ -203,14 +209,35 @@ class Gossiping:
             self._moved.discard(peer.id)
             await transport.disconnect(peer.id)
         try:
-            async with transport.open_stream(peer.id, peer.addrs) as stream:
-                await self._session(stream, peer.id, initiator=True)
+            await self._session_over(transport, peer, retry=transport.is_connected(peer.id))
         except (TransportError, OSError) as exc:
             self.peers.failed(peer, str(exc), self.now())  # unreachable: backed off
             # A bootstrap peer is what the operator counts on to join: say it (backed off,
             # so at most a dozen lines an hour).
             log.log(logging.WARNING if peer.source == "bootstrap" else logging.DEBUG,
                     "gossip with %s failed: %s", short_id(peer.id), exc)
+
+    async def _session_over(self, transport: Transport, peer: Peer, *, retry: bool) -> None:
+        """Our session with ``peer`` over a new stream. With ``retry`` (a connection was up
+        before this dial), a stream that cannot be opened on it means the network broke that
+        connection (a NAT router that forgot its mapping, a partition): that says nothing
+        about whether the peer can be reached, so the connection is dropped and one fresh
+        dial tried at once, instead of backing the peer off (issue 27: 5-20 s after a NAT
+        rebinding). Our own limits (streams, byte budgets) break no connection: raised."""
+        opened = False
+        try:
+            async with transport.open_stream(peer.id, peer.addrs) as stream:
+                opened = True
+                await self._session(stream, peer.id, initiator=True)
+        except (StreamLimitError, PeerBudgetError):
+            raise
+        except (TransportError, OSError) as exc:
+            if not retry or opened:
+                raise
+            log.debug("a stream to %s failed on its connection (%s): dialling afresh",
+                      short_id(peer.id), exc)
+            await transport.disconnect(peer.id)
+            await self._session_over(transport, peer, retry=False)
 
     async def _gossip_loop(self, transport: Transport, nursery: trio.Nursery) -> None:
         while True:

@@ -6,6 +6,8 @@ in, and how a connection closed without a session is counted. A real ``Daemon`` 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ from typer.testing import CliRunner
 from peerd.cli.app import app
 from peerd.daemon.daemon import Daemon
 from peerd.net.gossip import SessionResult
-from peerd.node.peers import PeerTable
+from peerd.net.transport import StreamLimitError, TransportError, TransportTimeoutError
+from peerd.node.peers import Peer, PeerTable
 from peerd.protocol import messages as msg
 from tests.daemon.helpers import fleet_config
 
@@ -267,3 +270,80 @@ def test_at_most_fanout_own_sessions_run_at_once(
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert daemon.gossip_counts["most_outbound_at_once"] == 3
     assert len(dialled) >= 6  # three, then more once the first three had ended
+
+
+class _BrokenOnce:
+    """A transport whose connection to the peer is up but broken (issue 27: a NAT router
+    forgot its mapping): a stream on it fails with ``error``; a fresh dial (after a
+    disconnect, or ``connected=False`` from the start) gets a stream, unless ``unreachable``."""
+
+    def __init__(self, error: Exception, *, connected: bool = True,
+                 unreachable: bool = False) -> None:
+        self.error, self.connected, self.unreachable = error, connected, unreachable
+        self.opened: list[bool] = []  # per attempt: whether a connection was up
+        self.disconnected = 0
+
+    def is_connected(self, _peer_id: str) -> bool:
+        return self.connected
+
+    async def disconnect(self, _peer_id: str) -> None:
+        self.connected = False
+        self.disconnected += 1
+
+    @asynccontextmanager
+    async def open_stream(self, peer_id: str, _addrs: object) -> AsyncIterator[object]:
+        self.opened.append(self.connected)
+        if self.connected:
+            raise self.error
+        if self.unreachable:
+            raise TransportError(f"dial to {peer_id} failed: refused")
+        self.connected = True
+
+        class Stream:
+            pass
+
+        yield Stream()
+
+
+def _dial_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+               transport: _BrokenOnce) -> Peer:
+    daemon, member, _ = _daemon(tmp_path)
+    daemon.peers.on_hint(member, ["/ip4/10.0.0.2/tcp/4011"], daemon.now())
+    (peer,) = daemon.peers.due(daemon.now(), fanout=3)
+
+    async def session(*_args: object, **_kwargs: object) -> SessionResult:
+        return SessionResult(peer=member)
+
+    monkeypatch.setattr("peerd.daemon.gossiping.run_session", session)
+    trio.run(daemon._dial, transport, peer)
+    return peer
+
+
+@pytest.mark.parametrize("error", [TransportError("opening a stream failed: reset"),
+                                   TransportTimeoutError("opening a stream timed out")])
+def test_a_connection_broken_by_the_network_is_redialled_at_once_not_backed_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    transport = _BrokenOnce(error)
+    peer = _dial_with(tmp_path, monkeypatch, transport)
+    assert transport.opened == [True, False]  # the old connection, then a fresh dial
+    assert transport.disconnected == 1
+    assert (peer.sessions, peer.failures, peer.retry_at) == (1, 0, None)
+
+
+def test_a_failed_fresh_dial_is_backed_off_and_not_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for connected in (True, False):  # after a broken connection, or with none at all
+        transport = _BrokenOnce(TransportError("reset"), connected=connected, unreachable=True)
+        peer = _dial_with(tmp_path / str(connected), monkeypatch, transport)
+        assert transport.opened == ([True, False] if connected else [False])
+        assert peer.failures == 1
+        assert peer.retry_at is not None
+
+
+def test_our_own_stream_limit_drops_no_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    transport = _BrokenOnce(StreamLimitError("8 streams open"))
+    peer = _dial_with(tmp_path, monkeypatch, transport)
+    assert transport.opened == [True]
+    assert transport.disconnected == 0
+    assert peer.failures == 1
