@@ -58,7 +58,7 @@ async def _run(cfg: TransportConfig, limits: RelayLimits,
     async with open_transport(os.urandom(32), _no_handler, cfg) as r, \
             open_transport(os.urandom(32), _no_handler, cfg) as a, \
             open_transport(os.urandom(32), _no_handler, cfg) as b:
-        rh, ah, bh = r._host, a._host, b._host
+        rh, ah, bh = r.host, a.host, b.host
         r_proto = CircuitV2Protocol(rh, limits=limits, allow_hop=True)
         a_proto = CircuitV2Protocol(ah, limits=limits, allow_hop=False)
         b_proto = CircuitV2Protocol(bh, limits=limits, allow_hop=False)

@@ -188,6 +188,12 @@ class Transport:
         self._forgotten_in = self._forgotten_out = 0
         self.peer_id: str = str(self._host.get_id().to_base58())
 
+    @property
+    def host(self) -> IHost:
+        """The libp2p host, for services that run on it beside gossip (the Circuit Relay v2
+        hop and client, rendezvous): they register their own protocol handlers."""
+        return self._host
+
     # -- admission (mend 8) --
 
     def close_unadmitted(self) -> int:
