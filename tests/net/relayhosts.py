@@ -71,6 +71,9 @@ class Client:
 async def relay_clients(n: int) -> AsyncIterator[list[Client]]:
     async with AsyncExitStack() as stack:
         nursery = await stack.enter_async_context(trio.open_nursery())
+        # Cancelled after the hosts closed (the stack unwinds last in, first out): cancelled
+        # before, their cleanup would raise Cancelled over the body's own exception.
+        stack.callback(nursery.cancel_scope.cancel)
         out: list[Client] = []
         for _ in range(n):
             t = await stack.enter_async_context(
@@ -80,7 +83,4 @@ async def relay_clients(n: int) -> AsyncIterator[list[Client]]:
             await proto.event_started.wait()
             cfg = RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT)
             out.append(Client(t, proto, CircuitV2Transport(t.host, proto, cfg), nursery))
-        try:
-            yield out
-        finally:
-            nursery.cancel_scope.cancel()
+        yield out
