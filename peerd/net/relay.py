@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import trio
-import varint
 from libp2p.abc import IHost, INetStream
 from libp2p.discovery.rendezvous.config import MAX_NAMESPACE_LENGTH, RENDEZVOUS_PROTOCOL
 from libp2p.discovery.rendezvous.messages import (
@@ -53,7 +52,7 @@ from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
 from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits as LibraryRelayLimits
 from libp2p.tools.anyio_service.context import background_trio_service
-from libp2p.utils.varint import read_varint_prefixed_bytes_limited
+from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
 logger = logging.getLogger(__name__)
 
@@ -324,8 +323,7 @@ class _Rendezvous(RendezvousService):
                 else:
                     return
                 if response is not None:
-                    out = response.SerializeToString()
-                    await stream.write(varint.encode(len(out)) + out)
+                    await stream.write(encode_varint_prefixed(response.SerializeToString()))
         except Exception as e:  # noqa: BLE001 - a peer's bytes must not end the host
             logger.info("rendezvous stream from %s failed: %r", peer_id, e)
         finally:
@@ -362,7 +360,7 @@ class RelayService:
         if self._rendezvous is not None:
             self._rendezvous.cleanup_all_expired()
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED
                   ) -> None:
         """Serve until cancelled; ``task_status.started()`` once both protocols answer."""
         self._rendezvous = _Rendezvous(self.host, self.limits, self._stats)

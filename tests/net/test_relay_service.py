@@ -7,12 +7,13 @@ use py-libp2p's own Circuit Relay v2 and rendezvous client pieces (tests/net/rel
 
 from __future__ import annotations
 
-import os
+import contextlib
 import functools
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import trio
@@ -115,12 +116,11 @@ async def test_a_circuit_is_cut_at_its_byte_limit() -> None:
             _sink_into(a, received, done, size)
             assert await a.reserve(rid, addr)
             await b.dial(rid, addr, a.peer_id)
-            with pytest.raises(Exception):  # noqa: B017 - the reset surfaces as the library's
+            # The reset reaches the sender as whichever error the library raises for it.
+            with contextlib.suppress(Exception):
                 await _send(b, a, os.urandom(size))
-                with trio.fail_after(10):
-                    await done.wait()
-                raise AssertionError("the whole payload went through")
-            await done.wait()
+            with trio.fail_after(10):
+                await done.wait()
     assert len(received[0]) < limits.circuit_bytes
 
 
@@ -220,7 +220,7 @@ def test_limits_fit_an_entry_and_refuse_nonsense() -> None:
     lib = RELAY_LIMITS.library_limits()
     assert (lib.data, lib.max_reservations) == (RELAY_LIMITS.circuit_bytes,
                                                 RELAY_LIMITS.reservations)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="circuits must be at least 1"):
         replace(RELAY_LIMITS, circuits=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a fleet id is needed"):
         fleet_namespace(b"")
