@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from libp2p.discovery.rendezvous.client import RendezvousClient
 from libp2p.discovery.rendezvous.errors import RendezvousError
+from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import PeerId as CircuitPeerId
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_ID
@@ -224,3 +231,95 @@ def test_limits_fit_an_entry_and_refuse_nonsense() -> None:
         replace(RELAY_LIMITS, circuits=0)
     with pytest.raises(ValueError, match="a fleet id is needed"):
         fleet_namespace(b"")
+
+
+# --- `peerd relay` -----------------------------------------------------------------------
+
+PEERD_RELAY = [sys.executable, "-m", "peerd.cli", "relay"]
+
+
+def _start_relay(state_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen([*PEERD_RELAY, "--state-dir", str(state_dir), "--host", "127.0.0.1",
+                             "--port", "0", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the start line, or "" if it died
+    if not line:
+        proc.wait(10)
+        raise AssertionError(f"peerd relay did not start: {proc.stderr.read()!r}")  # type: ignore[union-attr]
+    return proc, line.split()
+
+
+def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str]:
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=15)
+    return proc.returncode, err
+
+
+def test_peerd_relay_carries_a_circuit_and_exits_0_on_a_signal(tmp_path: Path) -> None:
+    proc, words = _start_relay(tmp_path / "relay")
+    try:
+        peer_id, addrs = words[0], words[1:]
+        assert addrs == [a for a in addrs if a.endswith(f"/p2p/{peer_id}")]
+        addr = addrs[0].removesuffix(f"/p2p/{peer_id}")
+        size = 1 << 20
+        payload = os.urandom(size)
+        received: list[bytes] = []
+
+        async def exchange() -> None:
+            done = trio.Event()
+            with trio.fail_after(30):
+                async with relay_clients(2) as (a, b):
+                    rid = ID.from_base58(peer_id)
+                    _sink_into(a, received, done, size)
+                    assert await a.reserve(rid, addr)
+                    await b.dial(rid, addr, a.peer_id)
+                    await _send(b, a, payload)
+                    await done.wait()
+
+        trio.run(exchange)
+        assert received == [payload]
+        assert (tmp_path / "relay" / "node.key").stat().st_mode & 0o777 == 0o600
+    finally:
+        code, err = _stop(proc, signal.SIGINT)
+    assert code == 0
+    assert "Traceback" not in err
+
+
+def test_peerd_relay_keeps_its_peer_id_and_prints_json(tmp_path: Path) -> None:
+    proc, words = _start_relay(tmp_path / "relay")
+    assert _stop(proc)[0] == 0
+    proc, json_words = _start_relay(tmp_path / "relay", "--json")
+    assert _stop(proc)[0] == 0
+    shown = json.loads(" ".join(json_words))
+    assert shown["peer_id"] == words[0]  # the same key, read back from the state directory
+    assert [a.split("/tcp/")[0] for a in shown["addrs"]] == ["/ip4/127.0.0.1"]
+
+
+def _failure(args: list[str]) -> str:
+    run = subprocess.run([*PEERD_RELAY, *args], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2, run
+    assert run.stdout == ""
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1, run.stderr  # one line, no traceback
+    return lines[0]
+
+
+def test_peerd_relay_start_up_failures_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = _failure(["--state-dir", str(tmp_path / "a"), "--host", "127.0.0.1",
+                         "--port", str(port)])
+        assert "Address already in use" in line
+    (tmp_path / "file").write_text("")
+    line = _failure(["--state-dir", str(tmp_path / "file" / "state"), "--port", "0"])
+    assert "cannot use state directory" in line  # a directory it cannot make (as root too)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "node.key").write_text("not a key")
+    (bad / "node.key").chmod(0o600)
+    assert "not a PEM private key" in _failure(["--state-dir", str(bad), "--port", "0"])
+    (bad / "node.key").chmod(0o644)
+    assert "must be 0600" in _failure(["--state-dir", str(bad), "--port", "0"])
