@@ -5,7 +5,7 @@ benchmarks/relay_probe.py does; peerd's relay client is another module's)."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -21,7 +21,7 @@ from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from libp2p.tools.anyio_service.context import background_trio_service
 
-from peerd.net.transport import Stream, Transport, TransportConfig, open_transport
+from peerd.net.transport import IdentityKey, Stream, Transport, TransportConfig, open_transport
 
 SINK = TProtocol("/peerd-test/sink/1.0.0")
 LOOPBACK = TransportConfig(listen_host="127.0.0.1", listen_port=0)
@@ -68,16 +68,18 @@ class Client:
 
 
 @asynccontextmanager
-async def relay_clients(n: int) -> AsyncIterator[list[Client]]:
+async def relay_clients(n: int, keys: Sequence[IdentityKey] = ()
+                        ) -> AsyncIterator[list[Client]]:
+    """``n`` clients; the first ``len(keys)`` with these identities, the others fresh ones."""
     async with AsyncExitStack() as stack:
         nursery = await stack.enter_async_context(trio.open_nursery())
         # Cancelled after the hosts closed (the stack unwinds last in, first out): cancelled
         # before, their cleanup would raise Cancelled over the body's own exception.
         stack.callback(nursery.cancel_scope.cancel)
         out: list[Client] = []
-        for _ in range(n):
-            t = await stack.enter_async_context(
-                open_transport(os.urandom(32), no_handler, LOOPBACK))
+        for i in range(n):
+            key = keys[i] if i < len(keys) else os.urandom(32)
+            t = await stack.enter_async_context(open_transport(key, no_handler, LOOPBACK))
             proto = CircuitV2Protocol(t.host, allow_hop=False)
             await stack.enter_async_context(background_trio_service(proto))
             await proto.event_started.wait()
