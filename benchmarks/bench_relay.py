@@ -94,7 +94,8 @@ async def _measure(size: int, repeat: int) -> dict[str, Any]:
             protos = [CircuitV2Protocol(h.host, allow_hop=False) for h in (a, b)]
             async with background_trio_service(protos[0]), background_trio_service(protos[1]):
                 client = RelayConfig(roles=RelayRole.STOP | RelayRole.CLIENT)
-                a_tr, b_tr = (CircuitV2Transport(h.host, p, client) for h, p in zip((a, b), protos))
+                a_tr = CircuitV2Transport(a.host, protos[0], client)
+                b_tr = CircuitV2Transport(b.host, protos[1], client)
                 a.host.set_stream_handler(sink_id, sink)
                 rid = r.host.get_id()
                 addr = f"/ip4/127.0.0.1/tcp/{r.port}"
