@@ -33,7 +33,7 @@ CHUNK = 1 << 20
 THREATS: dict[str, str] = {
     "reservations": "reservations held at once: the hop's table (peer ids cost nothing)",
     "reservations_per_ip": "reservations held from one IP address: one host cannot take "
-                           "every slot with fresh keys",
+                           "every slot with fresh keys (a site behind one NAT shares one)",
     "circuits": "circuits open at once, in all (two streams and two tasks each)",
     "circuits_per_peer": "circuits open at once to one reserved peer, and from one source",
     "circuit_bytes": "bytes one circuit carries, both directions together (then reset; "

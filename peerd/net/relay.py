@@ -83,13 +83,15 @@ class RelayLimits:
     #: Reservations held at once: the hop's table, one per peer id (ids cost nothing to mint).
     reservations: int = 128
     #: Reservations held at once by peers connected from one IP address: one host cannot
-    #: take every slot with fresh keys.
-    reservations_per_ip: int = 8
+    #: take every slot with fresh keys. A whole site behind one NAT shares one address, so
+    #: it is sized for a site's members, not for one host.
+    reservations_per_ip: int = 32
     #: Circuits open at once, in all: each holds two streams and a task pair on the relay.
-    circuits: int = 64
+    circuits: int = 256
     #: Circuits open at once to one reserved peer (the library's ``max_circuit_conns``) and,
-    #: added here, from one source peer: one peer cannot take every circuit.
-    circuits_per_peer: int = 8
+    #: added here, from one source peer: one peer cannot take every circuit. A member keeps
+    #: up to ``[network] max_connections`` (16) connections, any of them relayed.
+    circuits_per_peer: int = 16
     #: Bytes one circuit carries, both directions together (then it is reset; the member
     #: dials a new one): the relay's bandwidth is not one circuit's forever.
     circuit_bytes: int = 512 * MIB
