@@ -149,6 +149,23 @@ async def test_reservations_beyond_the_cap_are_refused(limits: RelayLimits) -> N
 
 
 @_trio
+async def test_the_sweep_frees_the_slot_of_a_peer_that_left() -> None:
+    with trio.fail_after(30):
+        async with _relay() as (relay, service, addr):
+            rid = relay.host.get_id()
+            async with relay_clients(2) as (a, b):
+                assert await a.reserve(rid, addr)
+                await b.connect(rid, addr)
+                service.sweep()
+                assert service.stats().reservations == 1  # A is still connected
+            with trio.fail_after(10):
+                while relay.connected_peers():  # noqa: ASYNC110 - the swarm has no event
+                    await trio.sleep(0.05)
+            service.sweep()
+            assert service.stats().reservations == 0
+
+
+@_trio
 async def test_a_peer_reserves_only_for_its_own_id() -> None:
     with trio.fail_after(30):
         async with _relay() as (relay, service, addr), relay_clients(2) as (a, other):
