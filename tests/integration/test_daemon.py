@@ -28,8 +28,10 @@ def test_two_daemons_on_loopback_swap_verified_entries_and_train(
     # Each reaches the other over loopback (this host: "lan"), its RTT measured by libp2p
     # ping within a tick or two of connecting (issue 27 item 3).
     for me, other in ((a, b), (b, a)):
-        wait_for(lambda me=me, other=other: _rtt(me, other) is not None, 30,
-                 "a measured RTT", [a, b])
+        def measured(me: Node = me, other: Node = other) -> bool:
+            return _rtt(me, other) is not None
+
+        wait_for(measured, 30, "a measured RTT", [a, b])
         row = next(p for p in status(me)["peers"] if p["id"] == other.id)
         assert (row["path"], row["relay"]) == ("lan", None)
         assert 0.0 < row["rtt_ms"] < 1000.0
