@@ -73,6 +73,7 @@ async def _node(role: str, relay: str | None, target: str | None, wait_s: float)
     from libp2p.tools.anyio_service.context import background_trio_service
 
     from peerd.net.addrs import local_networks
+    from peerd.net.holepunch import dcutr_upgraded
     from peerd.net.ping import PingError, ping_ms
     from peerd.net.transport import TransportConfig, open_transport
     from peerd.node.paths import classify
@@ -171,6 +172,9 @@ async def _node(role: str, relay: str | None, target: str | None, wait_s: float)
             report["connections"] = addrs
             report["path"] = None if path is None else path.kind
             report["relay"] = None if path is None else path.relay
+            # The path as the daemon would report it with this DCUtR service on its host.
+            told = classify(addrs, local_networks(), hole_punched=peer in dcutr_upgraded(h))
+            report["path_with_dcutr"] = None if told is None else told.kind
             try:
                 report["ping_ms"] = round(await ping_ms(h, peer), 3)
             except PingError as e:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from peerd.net.addrs import ADDRESS_POLL_S, local_networks
+from peerd.net.holepunch import dcutr_upgraded
 from peerd.net.ping import Pinger
 from peerd.net.transport import Transport
 from peerd.node.paths import Network, classify
@@ -34,9 +35,6 @@ class PeerLinks:
     def __init__(self, peers: PeerTable) -> None:
         self._peers = peers
         self.pinger: Pinger | None = None
-        #: Peers whose relayed connection DCUtR replaced by a direct one. Nothing adds to it
-        #: yet: DCUtR does not run in the daemon (docs/transport.md, "Across sites").
-        self.hole_punched: set[str] = set()
         self._networks: tuple[Network, ...] = ()
         self._networks_at = -ADDRESS_POLL_S
 
@@ -54,12 +52,14 @@ class PeerLinks:
 
     def snapshot(self, transport: Transport, connected: Iterable[str]) -> dict[str, Link]:
         nets = self.networks()
+        # Empty until a DCUtR service runs on the host (none does in the daemon yet).
+        punched = dcutr_upgraded(transport.host)
         out: dict[str, Link] = {}
         for pid in connected:
             entry = self._peers.get(pid)
             path = classify(transport.connection_multiaddrs(pid), nets,
                             mdns=entry is not None and entry.source == "mdns",
-                            hole_punched=pid in self.hole_punched)
+                            hole_punched=pid in punched)
             if path is None:
                 continue
             rtt = None if self.pinger is None else self.pinger.table.get(pid)

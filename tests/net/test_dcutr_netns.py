@@ -48,6 +48,8 @@ def test_hole_punch_between_two_endpoint_independent_sites() -> None:
     assert "/ip4/203.0.113.3/tcp/4001" in a["connections"], a
     assert "/ip4/203.0.113.2/tcp/4001" in b["connections"], b
     assert (a["path"], b["path"]) == ("direct", "direct")
+    # With the DCUtR service's record read (peerd/net/holepunch.py): hole-punched.
+    assert (a["path_with_dcutr"], b["path_with_dcutr"]) == ("hole-punched", "hole-punched")
     assert isinstance(b["ping_ms"], float)
     assert b["ping_ms"] > 0.0
 
@@ -57,5 +59,6 @@ def test_a_symmetric_site_stays_relayed() -> None:
     a, b = out["listener"], out["dialer"]
     assert a["initiate_result"] is not True
     assert (a["path"], b["path"]) == ("relayed", "relayed")
+    assert (a["path_with_dcutr"], b["path_with_dcutr"]) == ("relayed", "relayed")
     assert a["relay"] == b["relay"]
     assert a["relay"] is not None
