@@ -7,8 +7,11 @@ ours: py-libp2p's ``PingService`` reports whole milliseconds (``int``), which re
 every peer on a LAN or on one host, and keeps its outbound stream open for the next ping.
 Here one stream per sample is opened, timed with ``time.perf_counter`` and closed.
 
-A ping never dials: only a peer with an open connection is pinged (a dial is gossip's
-business, with its own backoff), so the RTT is that connection's. The schedule and its
+A ping is not meant to dial: only a peer with an open connection is pinged (a dial is
+gossip's business, with its own backoff), checked just before the stream is opened, so the
+RTT is that connection's. ``host.new_stream`` dials a peer it has no connection to, so a
+connection that closes between that check and the stream's opening could be redialled once
+by the library; the window holds no await of ours. The schedule and its
 bounds (every peer at most once per :data:`~peerd.node.rtt.PING_INTERVAL_S`, at most
 :data:`~peerd.node.rtt.MAX_PINGS_IN_FLIGHT` at once) are :class:`~peerd.node.rtt.RttTable`'s.
 """
