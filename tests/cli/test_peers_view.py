@@ -1,4 +1,5 @@
-"""`peerd peers`' path and rtt columns, and the rows' JSON (issue 27 item 3)."""
+"""`peerd peers`' path and rtt columns, the rows' JSON, and `peerd status`' count of paths
+(issue 27 item 3)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import dataclasses
 from rich.console import Console
 
 from peerd.cli.peers import path_text, render_peers, rtt_text
+from peerd.cli.status import status_view
 from peerd.control.status import PeerRow, peers_from_json, peers_to_json
+from tests.daemon.helpers import sample_status
 
 RELAY = "12D3KooWQoZCTWQKSDb8R8dJ1ybPTB6BniCktUTQRyNPvEweoHW9"
 BASE = PeerRow(id="12D3KooWNdD52pNh91zJwXAuLRMsaAwotPwR3zv5UUKeyPfxSZRF", addrs=(),
@@ -39,3 +42,18 @@ def test_json_round_trip() -> None:
     assert {k: encoded["peers"][1][k] for k in ("path", "relay", "rtt_ms", "rtt_last_ms")} == \
         dict.fromkeys(("path", "relay", "rtt_ms", "rtt_last_ms"))
     assert peers_from_json(encoded) == (row, BASE)
+
+
+def test_status_summary_counts_paths() -> None:
+    base = sample_status()
+    (row,) = base.peers
+    rows = (dataclasses.replace(row, path="lan"),
+            dataclasses.replace(row, id="12D3KooWb", path="relayed", relay=RELAY),
+            dataclasses.replace(row, id="12D3KooWc", path="lan"),
+            dataclasses.replace(row, id="12D3KooWd", connected=False))
+    console = Console(width=200, record=True)
+    console.print(status_view(dataclasses.replace(base, peers=rows)))
+    assert "peers: 3 connected, 4 known; lan 2, relayed 1 (`peerd peers`" in console.export_text()
+    console = Console(width=200, record=True)
+    console.print(status_view(base))  # no path known: the line as before
+    assert "peers: 1 connected, 1 known (`peerd peers`" in console.export_text()
