@@ -22,6 +22,7 @@ from torch.func import functional_call, vmap
 
 from peerd.core.entry import Schema
 from peerd.core.local_update import (
+    GatheredBatches,
     LocalResult,
     LossName,
     batched_local_update,
@@ -34,13 +35,17 @@ def model_schema(model: nn.Module) -> Schema:
     return Schema.of(dict(model.named_parameters()))
 
 
-def matrix_to_stack(matrix: torch.Tensor, schema: Schema) -> dict[str, torch.Tensor]:
-    """``[A, D]`` flat rows -> ``{name: [A, *shape]}`` (copies, so training never aliases)."""
+def matrix_to_stack(
+    matrix: torch.Tensor, schema: Schema, *, copy: bool = True
+) -> dict[str, torch.Tensor]:
+    """``[A, D]`` flat rows -> ``{name: [A, *shape]}``: copies, so training never aliases,
+    or (``copy=False``) strided views of ``matrix`` for a reader that copies them itself."""
     out: dict[str, torch.Tensor] = {}
     offset = 0
     rows = matrix.shape[0]
     for s in schema.float_specs:
-        out[s.name] = matrix[:, offset : offset + s.numel].reshape(rows, *s.shape).clone()
+        view = matrix[:, offset : offset + s.numel].reshape(rows, *s.shape)
+        out[s.name] = view.clone() if copy else view
         offset += s.numel
     return out
 
@@ -118,11 +123,17 @@ def train_batched(
         chunks += [same[i : i + step] for i in range(0, len(same), step)]
     for group in chunks:
         idx = torch.stack([batches[int(a)] for a in group], dim=1)  # [K, g, b]
-        stack = matrix_to_stack(matrix[torch.from_numpy(group)], schema)
+        # batched_local_update copies its inputs once and leaves them alone, so it may read
+        # views of the matrix; the common single group of all agents needs no gather either.
+        whole = len(group) == agents
+        rows = matrix if whole else matrix[torch.from_numpy(group)]
         trained, group_loss = batched_local_update(
-            model, stack, x[idx], y[idx], lr=lr, rho=rho, loss=loss
-        )
-        new[torch.from_numpy(group)] = stack_to_matrix(trained, schema)
+            model, matrix_to_stack(rows, schema, copy=False), GatheredBatches(x, idx), y[idx],
+            lr=lr, rho=rho, loss=loss)
+        if whole:
+            stack_to_matrix(trained, schema, out=new)
+        else:
+            new[torch.from_numpy(group)] = stack_to_matrix(trained, schema)
         losses[torch.from_numpy(group)] = group_loss
     return new, losses
 
