@@ -168,7 +168,9 @@ def render(r: dict[str, Any]) -> str:
         f"(batched / loop {cnn_ratios}).",
         "",
         "The batched step: each of the K steps is one `vmap(grad_and_value(...))` call for all "
-        "agents of a batch size, then the proximal step "
+        "agents of a batch size, or for as many as keep autograd's saved activations within "
+        "128 MB (`peerd.sim.train.ACTIVATION_BUDGET`: the CNN saves ~58k floats a sample, so "
+        "9 agents of 64 images a call; the MLPs stay one call), then the proximal step "
         "x ← lerp(x, x̄, lr·ρ) − lr·g (the same value as x − lr·(g + ρ·(x − x̄))) in place over "
         "the stacked parameters with `torch._foreach_lerp_` and `torch._foreach_add_`: two "
         "passes over memory and no temporaries. Each step's batch is gathered into one reused "
