@@ -58,7 +58,71 @@ def render(f: dict[str, Any]) -> str:
         f"corrupt states {f['corrupt_states']}, round/version regressions "
         f"{len(f['regressions'])}, cached-version regressions {len(f['cache_regressions'])}, "
         f"non-members in peer tables {len(f['non_member_peer_rows'])}, verdict {f['verdict']}",
+        summary(f),
     ])
+
+
+def _n(x: float) -> str:
+    return f"{x:,}"
+
+
+def summary(f: dict[str, Any]) -> str:
+    """The run's headline figures (docs/reliability.md, "Results of the committed run")."""
+    c = f["config"]
+    kinds = f["faults_by_kind"]
+    held = kinds.get("stranger_flood_held", 0)
+    injected = sum(n for k, n in kinds.items() if k != "stranger_flood_held")
+    every = f["duration_s"] / kinds["churn"] if kinds.get("churn") else None
+    parts = []
+    for k, n in sorted(kinds.items(), key=lambda kv: (kv[0] != "churn", kv[0])):
+        if k == "stranger_flood_held":
+            continue
+        extra = ""
+        if k == "churn" and every is not None:
+            extra = f" (one every {every:.0f} s on average)"
+        elif k == "stranger_flood":
+            extra = f" ({_n(n * c['flood'])} stranger connections)"
+        elif k == "mdns_wave":
+            extra = f" ({_n(n * c['wave'])} fake instances)"
+        parts.append(f"{k} {n}{extra}")
+    faults = f"{injected}: " + ", ".join(parts)
+    if held:
+        faults += f"; and {held} re-convergence checks while {c['flood']} strangers were held"
+    states = f["states"]
+    quarantined = sum(len(s["quarantined"]) for s in states.values())
+    restarts = f["restart_s"]
+    # The daemon that ran longest in one process is the one whose slopes mean something.
+    name, res = max(f["resources"].items(),
+                    key=lambda kv: (-kv[1]["processes"], kv[1]["measured_s"]))
+    rows = [
+        ("duration", f"{_n(round(f['duration_s']))} s ({f['duration_s'] / 60:.1f} min) of "
+                     "faults, after start-up"),
+        ("faults injected", faults),
+        ("corrupt states", f"**{f['corrupt_states']}** ({restarts['count']} restarts restored "
+                           f"with {f['refused_on_restore']} refused; {len(states)} final state "
+                           f"directories verified, {quarantined} quarantined)"),
+        ("regressions of round / version / published version",
+         f"**{len(f['regressions'])}** ({_n(f['samples'])} samples, also across the "
+         f"{restarts['count']} SIGKILLs)"),
+        ("regressions of a cached version", f"**{len(f['cache_regressions'])}**"),
+        ("non-members ever in a peer table", f"**{len(f['non_member_peer_rows'])}** (at most "
+                                              f"{f['max_peer_rows']} rows)"),
+        ("daemon exit codes at the end (SIGTERM)",
+         ", ".join(str(v) for v in f["exit_codes"].values())),
+        ("restart after SIGKILL to serving status with its entry",
+         f"median {restarts['median']} s, max {restarts['max']} s"),
+        (f"RSS slope, {name} ({res['processes']} process, {_n(res['measured_s'])} s measured)",
+         f"**{res['rss_mb_per_h']:+g} MB/h** ({res['rss_mb_first']} → {res['rss_mb_last']} MB)"),
+        (f"open fds slope, {name}", f"**{res['fds_per_h']:+g} fds/h** ({res['fds_first']} → "
+                                    f"{res['fds_last']}; {res['fds_max']} at most)"),
+        ("verdict", str(f["verdict"])),
+    ]
+    table = _table(["figure", "value"], [list(r) for r in rows])
+    if "provenance" in f:
+        from benchmarks import _provenance as prov
+
+        table += "\n\n" + prov.line(f["provenance"])
+    return table
 
 
 def main() -> int:
