@@ -66,8 +66,11 @@ class Addresses:
                 log.info("learned %s at %s", short_id(r.node_id), ", ".join(r.addrs))
                 self._wake()
 
-    def sign_own(self, listen: Sequence[str], bound_host: str) -> None:
-        self.book.sign_own(dialable_addrs(listen, bound_host), self._now())
+    def sign_own(self, listen: Sequence[str], bound_host: str,
+                 circuits: Sequence[str] = ()) -> None:
+        """Our record: the dialable listen addresses and the circuit addresses of the relay
+        reservations we hold (``peerd.net.relayclient``), so the exchange spreads both."""
+        self.book.sign_own(dialable_addrs(listen, bound_host, circuits), self._now())
 
     def prune(self) -> None:
         """A new manifest: records of nodes it no longer admits go."""

@@ -28,7 +28,13 @@ from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import node_id_of
 from peerd.protocol.limits import MAX_ADDR_RECORDS, MAX_MEMBERS, MAX_RECORD_ADDRS
-from peerd.protocol.peerrecord import PeerRecord, check_multiaddr, sign_record, verify_record
+from peerd.protocol.peerrecord import (
+    PeerRecord,
+    check_circuit,
+    check_multiaddr,
+    sign_record,
+    verify_record,
+)
 
 #: Records held, besides our own. Threat: a book fed from the network; members only are
 #: kept, and a manifest lists at most MAX_MEMBERS, so a fleet never reaches it. When full,
@@ -37,12 +43,19 @@ MAX_BOOK_ENTRIES = MAX_MEMBERS
 #: How long our own record is valid: long enough to outlive a night without sessions,
 #: short enough that a host that moved is forgotten within hours (MAX_RECORD_TTL_S: 24 h).
 OWN_RECORD_TTL_S = 6 * 3600.0
+#: Places of our record kept for circuit addresses (``[network] relays``) when we hold
+#: reservations: a NAT'd member's direct addresses reach only its own site, its circuits
+#: every other one, so neither kind may crowd the other out of MAX_RECORD_ADDRS.
+CIRCUIT_PLACES = 2
 
 
-def dialable_addrs(listen: Sequence[str], bound_host: str) -> tuple[str, ...]:
+def dialable_addrs(listen: Sequence[str], bound_host: str,
+                   circuits: Sequence[str] = ()) -> tuple[str, ...]:
     """What peers can dial of our (concrete) listen addresses: no wildcard, multicast or
     link-local host; a loopback one only when we are bound to loopback itself (a daemon on
-    0.0.0.0 also answers on 127.0.0.1, but that address means another host to a peer)."""
+    0.0.0.0 also answers on 127.0.0.1, but that address means another host to a peer).
+    Then our ``circuits`` (relay reservations held now), in at least CIRCUIT_PLACES of the
+    record's places; direct addresses first (peers prefer a direct path that works)."""
     try:
         bound_loopback = ipaddress.ip_address(bound_host).is_loopback
     except ValueError:
@@ -62,7 +75,15 @@ def dialable_addrs(listen: Sequence[str], bound_host: str) -> tuple[str, ...]:
         if ip.is_link_local or (ip.is_loopback and not bound_loopback):
             continue
         out.append(addr)
-    return tuple(dict.fromkeys(out))[:MAX_RECORD_ADDRS]
+    relayed: list[str] = []
+    for addr in circuits:
+        try:
+            relayed.append(check_circuit(addr))
+        except ProtocolError:
+            continue
+    relayed = list(dict.fromkeys(relayed))
+    direct = list(dict.fromkeys(out))[:MAX_RECORD_ADDRS - min(len(relayed), CIRCUIT_PLACES)]
+    return tuple(direct + relayed)[:MAX_RECORD_ADDRS]
 
 
 @dataclass(frozen=True, slots=True)
