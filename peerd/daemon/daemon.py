@@ -66,6 +66,7 @@ from peerd.learn.learner.fleet import LearnerTask
 from peerd.learn.tasks import Task, load_task
 from peerd.net.discovery import Discovery, DiscoveryError, open_discovery
 from peerd.net.gossip import ReceiveSlots
+from peerd.net.relayclient import RelayClient
 from peerd.net.transport import Transport, open_transport
 from peerd.node.addrbook import AddressBook
 from peerd.node.inflight import InFlight
@@ -111,6 +112,7 @@ class Daemon(Gossiping):
         self.peers = PeerTable(self.node.id, rng=random.Random())  # backoff jitter
         self._discovery: Discovery | None = None  # set while mDNS runs
         self.transport: Transport | None = None  # set while the libp2p host is up
+        self.relays: RelayClient | None = None  # set while [network] relays are kept
         self._config_status = cfg.status_config()
         self._written: set[str] = set()
         self._persist_lock = threading.Lock()
@@ -300,7 +302,15 @@ class Daemon(Gossiping):
                 log.info("listening on %s as %s (control socket %s)",
                          ", ".join(self.listen_addrs), self.node.id, cfg.node.control_socket)
                 self.peers.add_static(cfg.network.static_peers, self.now())
-                await self._serve(transport)
+                if cfg.network.relays:
+                    self.relays = RelayClient(
+                        transport, cfg.network.relays, cfg.fleet.fleet_id,
+                        is_member=self._may_be_member, on_found=self.addresses.found,
+                        on_change=lambda: self._wake_gossip.set(), clock=self.now)
+                try:
+                    await self._serve(transport)
+                finally:
+                    self.relays = None
 
     async def _serve(self, transport: Transport) -> None:
         async with trio.open_nursery() as inner:
@@ -309,6 +319,8 @@ class Daemon(Gossiping):
                 inner.start_soon(self._discover, transport.port)
             if self.cfg.network.bootstrap:
                 inner.start_soon(self.addresses.bootstrap, self.cfg.network.bootstrap)
+            if self.relays is not None:  # reservations, rendezvous, the STOP side
+                inner.start_soon(self.relays.run)
             # READY=1: the control socket answers, the host listens, the manifest is loaded
             # (docs/operations.md). The data loads after it, while mDNS probes and peers
             # connect; a failure there still stops the node as a start-up failure.
