@@ -143,6 +143,23 @@ def test_only_dialable_addresses_go_into_our_record(listen: list[str], bound: st
     assert list(dialable_addrs(listen, bound)) == want
 
 
+def test_circuits_follow_the_direct_addresses_and_keep_their_places() -> None:
+    relay = node_id_of(key("r"))
+    circuits = [f"/ip4/203.0.113.{i}/tcp/4011/p2p/{relay}/p2p-circuit" for i in (7, 8, 9)]
+    listen = [f"/ip4/10.0.0.{i}/tcp/4011" for i in range(2, 8)]
+    assert dialable_addrs(listen[:1], "0.0.0.0", circuits[:1]) == (listen[0], circuits[0])
+    # Many of both: direct ones first, but CIRCUIT_PLACES (2) of the 4 are the circuits'.
+    assert dialable_addrs(listen, "0.0.0.0", circuits) == (*listen[:2], *circuits[:2])
+    # No direct address (all loopback while bound to 0.0.0.0): the circuits fill the record.
+    assert dialable_addrs(["/ip4/127.0.0.1/tcp/1"], "0.0.0.0", circuits) == tuple(circuits)
+    assert dialable_addrs(listen[:1], "0.0.0.0", ["/ip4/1.2.3.4/tcp/1/p2p-circuit"]) == \
+        (listen[0],)  # a malformed circuit is dropped
+    book = AddressBook(ALICE, FLEET)
+    own = book.sign_own(dialable_addrs(listen[:1], "0.0.0.0", circuits[:1]), NOW)
+    assert own is not None
+    assert own.addrs == (listen[0], circuits[0])
+
+
 # ---------------------------------------------------------------- the peer table's sources
 def test_an_exchanged_peer_is_entered_and_an_inbound_one_gets_its_addresses() -> None:
     table = PeerTable(A)
