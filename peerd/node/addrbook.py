@@ -32,6 +32,7 @@ from peerd.protocol.peerrecord import (
     PeerRecord,
     check_circuit,
     check_multiaddr,
+    is_circuit,
     sign_record,
     verify_record,
 )
@@ -179,13 +180,22 @@ class AddressBook:
         return learned
 
     def outgoing(self, now: float, is_member: Callable[[str], bool],
-                 exclude: str | None = None) -> tuple[SignedEnvelope, ...]:
+                 exclude: str | None = None, *,
+                 circuits: bool = True) -> tuple[SignedEnvelope, ...]:
         """What we hand a peer: our record first, then the members' records that expire
-        last (the freshest), at most MAX_ADDR_RECORDS; never the peer's own (it knows)."""
+        last (the freshest), at most MAX_ADDR_RECORDS; never the peer's own (it knows).
+        Without ``circuits`` (a peer of a release before circuit addresses), no record
+        holding one: that peer would end the session on it."""
         self.expire(now)
-        out = [] if self.own is None or self.own.expires <= now else [self.own.envelope]
+
+        def sendable(r: PeerRecord) -> bool:
+            return circuits or not any(is_circuit(a) for a in r.addrs)
+
+        own = self.own
+        out = [own.envelope] if own is not None and own.expires > now and sendable(own) \
+            else []
         others = sorted((r for r in self._records.values()
-                         if r.node_id != exclude and is_member(r.node_id)),
+                         if r.node_id != exclude and is_member(r.node_id) and sendable(r)),
                         key=lambda r: (-r.expires, r.node_id))
         out += [r.envelope for r in others[:MAX_ADDR_RECORDS - len(out)]]
         return tuple(out)

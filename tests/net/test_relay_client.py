@@ -180,6 +180,21 @@ def test_a_relay_that_restarts_is_reserved_at_again() -> None:
     run(body, 60)
 
 
+def test_a_reservation_cut_with_the_non_members_connections_is_made_again() -> None:
+    async def body() -> None:
+        async with relay() as r, trio.open_nursery() as nursery, AsyncExitStack() as stack:
+            a = await stack.enter_async_context(member(A, [r.addr], nursery))
+            await until(lambda: bool(a.client.circuit_addrs()))
+            made = a.client.states()[0].reservations
+            # A new manifest closes every non-member's connection, the relay's among them.
+            assert a.t.close_unadmitted() == 1
+            await until(lambda: a.client.states()[0].reservations > made, 5)
+            assert a.client.circuit_addrs() == (f"{r.addr}/p2p-circuit",)
+            nursery.cancel_scope.cancel()
+
+    run(body, 60)
+
+
 def test_a_non_members_relayed_connection_is_refused_like_a_direct_one() -> None:
     async def body() -> None:
         async with relay() as r, trio.open_nursery() as nursery, AsyncExitStack() as stack:

@@ -189,3 +189,20 @@ def test_bootstrap_peers_are_kept_like_static_ones_and_retried_when_cut_off() ->
     assert not table.reached(later, 60)
     table.retry_bootstrap()
     assert [p.id for p in table.due(later)] == [B]  # the exchanged one was forgotten
+
+
+def test_records_holding_a_circuit_go_only_to_peers_that_take_them() -> None:
+    relay = node_id_of(key("r"))
+    circuit = f"/ip4/203.0.113.7/tcp/4011/p2p/{relay}/p2p-circuit"
+    book = AddressBook(ALICE, FLEET)
+    book.sign_own((ADDR, circuit), NOW)
+    plain = sign_record(BOB, FLEET, seq=1, addrs=(ADDR,), expires=NOW + 60)
+    relayed = sign_record(MALLORY, FLEET, seq=1, addrs=(circuit,), expires=NOW + 60)
+    assert book.offer(plain) is not None
+    assert book.offer(relayed) is not None
+    assert book.own is not None
+    everyone = lambda _: True  # noqa: E731
+    assert set(book.outgoing(NOW, everyone)) == {book.own.envelope, plain.envelope,
+                                                 relayed.envelope}
+    # A release before circuit addresses would end the session on ours and Mallory's.
+    assert book.outgoing(NOW, everyone, circuits=False) == (plain.envelope,)
