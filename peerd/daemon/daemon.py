@@ -306,7 +306,8 @@ class Daemon(Gossiping):
                     self.relays = RelayClient(
                         transport, cfg.network.relays, cfg.fleet.fleet_id,
                         is_member=self._may_be_member, on_found=self.addresses.found,
-                        on_change=lambda: self._wake_gossip.set(), clock=self.now)
+                        on_change=lambda: self._wake_gossip.set(),
+                        on_reserved=self.peers.retry_via_relay, clock=self.now)
                 try:
                     await self._serve(transport)
                 finally:

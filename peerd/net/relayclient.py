@@ -28,7 +28,8 @@ with its ``RendezvousClient``, which registers the host's listen addresses (stri
 everything after ``/p2p/``: a circuit would lose its relay) and reads answers of up to 4 MiB.
 
 It must not decide who is a member (``is_member`` is the caller's) nor touch the peer table
-(``on_found`` is); it reports its state through :meth:`RelayClient.states`.
+(``on_found`` and ``on_reserved``, a reservation held anew, are the caller's); it reports its
+state through :meth:`RelayClient.states` and :meth:`RelayClient.relayed_via`.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class RelayClient:
     def __init__(self, transport: Transport, relays: Sequence[str], fleet_id: bytes, *,
                  is_member: Callable[[str], bool], on_found: OnFound,
                  on_change: Callable[[], None] | None = None,
+                 on_reserved: Callable[[str], object] | None = None,
                  clock: Callable[[], float] = time.time,
                  discover_interval_s: float = DISCOVER_INTERVAL_S,
                  retry_max_s: float = RETRY_MAX_S,
@@ -160,6 +162,7 @@ class RelayClient:
         self._is_member = is_member
         self._on_found = on_found
         self._on_change = on_change
+        self._on_reserved = on_reserved
         self._clock = clock
         self._discover_interval_s = discover_interval_s
         self._retry_max_s = retry_max_s
@@ -270,6 +273,8 @@ class RelayClient:
         st.last_error = None
         if fresh:
             logger.info("relay %s: reservation held (dialable at %s)", st.addr, st.circuit)
+            if self._on_reserved is not None:
+                self._on_reserved(st.relay_id)
             self._changed()
 
     async def _hold(self, st: RelayState) -> None:

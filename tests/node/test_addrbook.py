@@ -206,3 +206,16 @@ def test_records_holding_a_circuit_go_only_to_peers_that_take_them() -> None:
                                                  relayed.envelope}
     # A release before circuit addresses would end the session on ours and Mallory's.
     assert book.outgoing(NOW, everyone, circuits=False) == (plain.envelope,)
+
+
+def test_peers_behind_a_relay_that_is_back_are_dialled_at_once() -> None:
+    relay, other = node_id_of(key("r")), node_id_of(key("o"))
+    table = PeerTable(A)
+    table.on_exchanged(B, (ADDR, f"/ip4/203.0.113.7/tcp/1/p2p/{relay}/p2p-circuit"), NOW)
+    table.on_exchanged(M, (f"/ip4/203.0.113.8/tcp/1/p2p/{other}/p2p-circuit",), NOW)
+    for peer in table.due(NOW):
+        table.failed(peer, "relay gone", NOW)
+        PeerTable.release(peer)
+    assert table.due(NOW + 0.1) == []
+    assert table.retry_via_relay(relay) == 1
+    assert [p.id for p in table.due(NOW + 0.1)] == [B]  # not M: its relay is another
