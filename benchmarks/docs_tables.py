@@ -157,6 +157,12 @@ def _nat_rebinding() -> str:
     return render(_json(READINGS))
 
 
+def _relay() -> str:
+    from benchmarks.bench_relay import READINGS, render
+
+    return render(_json(READINGS))
+
+
 def _churn() -> str:
     from benchmarks.bench_churn import CHURN_JSON, render
 
@@ -256,6 +262,8 @@ def registry() -> list[DocTable]:
         DocTable(reliability, "bench", "nat-rebinding", "docs/reliability/nat-rebinding.json",
                  _nat_rebinding),
         DocTable(reliability, "bench", "churn", "docs/reliability/churn.json", _churn),
+        DocTable(DOCS / "transport.md", "bench", "relay",
+                 "docs/reproduction/relay/relay-entry.json", _relay),
         DocTable(DOCS / "robustness.md", "robustness", "robustness-table",
                  "docs/robustness/*.json", _robustness),
     ]

@@ -14,6 +14,7 @@ from peerd.cli import export as export_cmd
 from peerd.cli import flags as flags_cmd
 from peerd.cli import init as init_cmd
 from peerd.cli import peers as peers_cmd
+from peerd.cli import relay as relay_cmd
 from peerd.cli import run as run_cmd
 from peerd.cli import sim as sim_cmd
 from peerd.cli import status as status_cmd
@@ -62,6 +63,7 @@ app.command("init")(init_cmd.init)
 app.command("run")(run_cmd.run)
 app.command("status")(status_cmd.status)
 app.command("peers")(peers_cmd.peers)
+app.command("relay")(relay_cmd.relay)
 app.command("audit")(audit_cmd.audit)
 app.command("export")(export_cmd.export)
 app.add_typer(flags_cmd.app, name="flags")

@@ -156,6 +156,10 @@ class NetworkConfig:
     #: ones are closed after a session (a bounded sweep meets new peers over time, and
     #: py-libp2p would otherwise keep a connection to every peer it ever met).
     max_connections: int = 16
+    #: Also run a Circuit Relay v2 hop and a rendezvous point on this node's host
+    #: (peerd.net.relay, what `peerd relay` runs alone): a reachable member offers NAT'd
+    #: members slots and a directory. Its limits are peerd.net.relay.RELAY_LIMITS.
+    relay_service: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +268,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "fanout": check_int(1, lim.MAX_FANOUT),
         "max_inbound_sessions": check_int(1, lim.MAX_INBOUND_SESSIONS),
         "max_connections": check_int(1, MAX_PEERS),
+        "relay_service": check_bool,
     }),
     "fleet": (FleetConfig, {
         "admin_public_key": check_hex(PUBLIC_KEY_LEN), "fleet_id": check_hex(FLEET_ID_LEN),

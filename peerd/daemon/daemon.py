@@ -66,6 +66,7 @@ from peerd.learn.learner.fleet import LearnerTask
 from peerd.learn.tasks import Task, load_task
 from peerd.net.discovery import Discovery, DiscoveryError, open_discovery
 from peerd.net.gossip import ReceiveSlots
+from peerd.net.relay import RelayService
 from peerd.net.relayclient import RelayClient
 from peerd.net.transport import Transport, open_transport
 from peerd.node.addrbook import AddressBook
@@ -113,6 +114,8 @@ class Daemon(Gossiping):
         self._discovery: Discovery | None = None  # set while mDNS runs
         self.transport: Transport | None = None  # set while the libp2p host is up
         self.relays: RelayClient | None = None  # set while [network] relays are kept
+        #: ``[network] relay_service``: the hop + rendezvous point on our host, while it runs.
+        self.relay: RelayService | None = None
         self._config_status = cfg.status_config()
         self._written: set[str] = set()
         self._persist_lock = threading.Lock()
@@ -320,8 +323,15 @@ class Daemon(Gossiping):
                 inner.start_soon(self._discover, transport.port)
             if self.cfg.network.bootstrap:
                 inner.start_soon(self.addresses.bootstrap, self.cfg.network.bootstrap)
+            if self.cfg.network.relay_service:
+                # For members behind NATs (peerd.net.relay); admission holds on this host, so
+                # only members reserve and register. Answering before READY=1.
+                self.relay = RelayService(transport.host)
+                await inner.start(self.relay.run)
             if self.relays is not None:  # reservations, rendezvous, the STOP side
-                inner.start_soon(self.relays.run)
+                # A relay service of our own serves /stop already: the client uses its hop.
+                inner.start_soon(self.relays.run,
+                                 None if self.relay is None else self.relay.hop)
             # READY=1: the control socket answers, the host listens, the manifest is loaded
             # (docs/operations.md). The data loads after it, while mDNS probes and peers
             # connect; a failure there still stops the node as a start-up failure.

@@ -69,6 +69,7 @@ from libp2p.peer.id import ID
 
 from peerd.net import mends_throughput, mends_throughput_rx
 from peerd.net.transport_config import (
+    STALLED_PROBES,
     STALLED_RETRANSMITS,
     TCP_KEEPALIVE_IDLE_S,
     TCP_KEEPALIVE_INTERVAL_S,
@@ -224,7 +225,8 @@ _TCP_INFO_HEAD = struct.Struct("5B")
 
 def stalled(sock: _Sock) -> bool:
     """Whether data sent on ``sock`` has gone unacknowledged through STALLED_RETRANSMITS
-    retransmission timeouts in a row (Linux TCP_INFO; False where it cannot be read)."""
+    retransmission timeouts in a row, or STALLED_PROBES keepalive probes in a row (Linux
+    TCP_INFO; False where it cannot be read)."""
     option = getattr(socket, "TCP_INFO", None)
     if option is None:
         return False
@@ -234,8 +236,8 @@ def stalled(sock: _Sock) -> bool:
         return False
     if len(info) < _TCP_INFO_HEAD.size:
         return False
-    retransmits = _TCP_INFO_HEAD.unpack_from(info)[2]
-    return bool(retransmits >= STALLED_RETRANSMITS)
+    _, _, retransmits, probes, _ = _TCP_INFO_HEAD.unpack_from(info)
+    return bool(retransmits >= STALLED_RETRANSMITS or probes >= STALLED_PROBES)
 
 
 def local_ip(sock: _Sock) -> str | None:

@@ -38,6 +38,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 
 import multiaddr
@@ -58,6 +59,7 @@ from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_ms
 from libp2p.tools.anyio_service.context import background_trio_service
 from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
+from peerd.net.relay import fleet_namespace
 from peerd.net.transport import Transport, TransportError
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import as_node_id
@@ -106,8 +108,8 @@ UNKNOWN_RELAY = "?"
 
 def rendezvous_namespace(fleet_id: bytes) -> str:
     """The namespace a fleet's members register under at a rendezvous point: one relay can
-    serve several fleets, each finding only its own (the relay side uses the same string)."""
-    return f"peerd/{fleet_id.hex()}"
+    serve several fleets, each finding only its own (the relay side's, ``peerd/<hex>``)."""
+    return fleet_namespace(fleet_id)
 
 
 def split_relay(addr: str) -> tuple[str, str]:
@@ -207,12 +209,19 @@ class RelayClient:
         return via
 
     # ------------------------------------------------------------------ running
-    async def run(self) -> None:
-        """The STOP side and one task per relay, for as long as the caller's scope runs."""
+    async def run(self, protocol: CircuitV2Protocol | None = None) -> None:
+        """The STOP side and one task per relay, for as long as the caller's scope runs.
+        ``protocol``: a running instance on this host that serves ``/stop`` already (the
+        hop of ``[network] relay_service``, peerd.net.relay): used instead of a second one,
+        which would take over its handler and remove it on exit."""
         host = self._transport.host
-        stop = CircuitV2Protocol(host, limits=_STOP_LIMITS, allow_hop=False)
-        async with background_trio_service(stop), trio.open_nursery() as nursery:
-            await stop.event_started.wait()
+        async with AsyncExitStack() as stack:
+            stop = protocol
+            if stop is None:
+                stop = CircuitV2Protocol(host, limits=_STOP_LIMITS, allow_hop=False)
+                await stack.enter_async_context(background_trio_service(stop))
+                await stop.event_started.wait()
+            nursery = await stack.enter_async_context(trio.open_nursery())
             # STOP only: a dial must not make a reservation (ours are kept by _keep).
             self._dialer = CircuitV2Transport(host, stop, RelayConfig(roles=RelayRole.STOP,
                                                                       limits=_STOP_LIMITS))

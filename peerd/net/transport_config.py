@@ -75,9 +75,24 @@ CLOSE_REFUSED_TIMEOUT_S = 5.0
 TCP_USER_TIMEOUT_S = 20.0
 #: An idle connection is probed after this long without traffic (TCP keepalive), then every
 #: TCP_KEEPALIVE_INTERVAL_S; with TCP_USER_TIMEOUT_S, an idle connection whose peer is gone
-#: is closed within TCP_KEEPALIVE_IDLE_S + TCP_USER_TIMEOUT_S.
-TCP_KEEPALIVE_IDLE_S = 15.0
-TCP_KEEPALIVE_INTERVAL_S = 5.0
+#: is closed within TCP_KEEPALIVE_IDLE_S + TCP_USER_TIMEOUT_S. Short, because a session's
+#: responder waiting for its peer's next frame sends nothing: when a NAT on the path forgets
+#: its mapping (a router restart, ``conntrack -F``), the peer's FIN or RST is dropped and the
+#: session held the peer for 15-16 s (docs/reliability.md, NAT rebinding: 3 of 20 sessions at
+#: 15 s idle). The first probe re-creates the mapping and draws the peer's ACK (the path
+#: lives) or RST (the peer closed: the session ends at once). Cost: a connection idle this
+#: long gets one 66-byte probe and its ACK per TCP_KEEPALIVE_IDLE_S; a gossiped-with peer
+#: sees a session every sweep (3 s mean) anyway.
+TCP_KEEPALIVE_IDLE_S = 3.0
+TCP_KEEPALIVE_INTERVAL_S = 1.0
+#: Keepalive (or zero-window) probes unanswered in a row (TCP_INFO's ``probes``) after which a
+#: connection counts as stalled. A live peer's kernel answers each probe however busy its
+#: process is, and only an idle connection is probed, so three unanswered (the last sent 2 s
+#: after the first) mean a silent path (a NAT that drops instead of re-mapping, a cable
+#: pulled) that TCP_USER_TIMEOUT_S alone would wait out for 20 s; a path whose round trip
+#: exceeds 2 s (a saturated, bufferbloated uplink) may be cut too, and the next stream dials
+#: afresh.
+STALLED_PROBES = 3
 #: Consecutive retransmission timeouts with no acknowledgement (TCP_INFO's ``retransmits``)
 #: after which a connection counts as stalled and is closed rather than reused: at Linux's
 #: 200 ms minimum RTO, 4 in a row are 3 s without a single ACK, which a live LAN path never

@@ -151,6 +151,7 @@ def test_relays_take_ip_multiaddrs_with_a_peer_id() -> None:
     ({"network": {"metrics_listen": "9464"}}, "[network] metrics_listen: must be IP:PORT"),
     ({"network": {"peer_bytes_per_s": 0}}, "[network] peer_bytes_per_s: must be an integer >= 1"),
     ({"network": {"fanout": 0}}, "[network] fanout: must be an integer in [1, 64], got 0"),
+    ({"network": {"relay_service": "yes"}}, "[network] relay_service: must be true or false"),
     ({"node": {"lean_memory": "yes"}}, "[node] lean_memory: must be true or false"),
     ({"node": {"socket": "/" + "x" * 120}}, "[node] socket: a Unix socket path holds at most"),
     ({"node": {"log_level": "loud"}}, "[node] log_level: must be one of"),

@@ -1,14 +1,15 @@
 """Two NAT'd sites that know nothing but a relay (issue 27, item 2, the member side): one
 daemon behind site a's router (endpoint-independent NAT), one behind site b's (``--random-
 fully``), each configured with ``[network] relays = [<a relay on the public segment>]`` and
-nothing else (no mDNS, no static or bootstrap peers). The relay is not a member (the stand-in
-of tests/net/relay_proc.py: py-libp2p's hop and rendezvous point). Neither router lets a
+nothing else (no mDNS, no static or bootstrap peers). The relay is a ``peerd relay``: no
+member, no fleet. Neither router lets a
 connection in, so every byte between the sites goes through the relay: each daemon reserves,
 registers its circuit address under the fleet's namespace, finds the other's there, dials it
 through the relay, and both end up caching each other's entries. The time is printed."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from peerd.mesh.netns import Host
-from peerd.protocol.identity import node_id_of, private_key_from_seed
 from tests.integration.mesh import (
+    PEERD,
     STARTUP_TIMEOUT_S,
     Node,
     cached_origins,
@@ -33,7 +34,6 @@ from tests.integration.mesh import (
 from tests.net.wan import Wan, skip_reason, wan
 
 RELAY_PORT = 4011
-RELAY_SEED = bytes(range(32))
 
 
 @pytest.fixture
@@ -45,21 +45,26 @@ def net(request: pytest.FixtureRequest) -> Iterator[Wan]:
         yield w
 
 
-def start_relay(host: Host, log: Path) -> subprocess.Popen[bytes]:
-    """The stand-in relay in ``host``'s namespace, once it serves (its output in ``log``)."""
+def start_relay(host: Host, state_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``peerd relay`` in ``host``'s namespace (its identity in ``state_dir``, so a restart
+    keeps the id), once it serves: the process and its ``/ip4/…/tcp/…/p2p/<id>``."""
+    log = state_dir.parent / "relay.log"
     with log.open("ab") as out:
-        proc = subprocess.Popen(host.python("-m", "tests.net.relay_proc", RELAY_SEED.hex(),
-                                            str(RELAY_PORT)),
+        proc = subprocess.Popen(host.command([*PEERD, "relay", "--state-dir", str(state_dir),
+                                              "--port", str(RELAY_PORT), "--json"]),
                                 stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                cwd=Path(__file__).resolve().parents[2])
-    ready = log.read_bytes().count(b"READY") + 1
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = len(log.read_text().splitlines())
     deadline = time.monotonic() + 60
-    while log.read_bytes().count(b"READY") < ready:
+    while True:
+        lines = [ln for ln in log.read_text().splitlines()[seen:] if ln.startswith("{")]
+        if lines:
+            break
         assert proc.poll() is None, log.read_text()[-2000:]
         assert time.monotonic() < deadline, "the relay did not start"
         time.sleep(0.2)
-    return proc
+    relay_id = json.loads(lines[0])["peer_id"]
+    return proc, f"/ip4/{host.address}/tcp/{RELAY_PORT}/p2p/{relay_id}"
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -68,17 +73,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def relay_proc(net: Wan, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    proc = start_relay(net.public[0], tmp_path / "relay.log")
+def relay(net: Wan, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    proc, addr = start_relay(net.public[0], tmp_path / "relay")
     try:
-        yield proc
+        yield proc, addr
     finally:
         stop(proc)  # a test may have stopped it already: then this only reaps it
-
-
-def relay_addr(net: Wan) -> str:
-    relay_id = node_id_of(private_key_from_seed(RELAY_SEED))
-    return f"/ip4/{net.public[0].address}/tcp/{RELAY_PORT}/p2p/{relay_id}"
 
 
 def _sessions(node: Node, peer_id: str) -> int:
@@ -89,13 +89,13 @@ def _sessions(node: Node, peer_id: str) -> int:
 
 
 def test_two_natd_sites_configured_with_only_a_relay_cache_each_others_entries(
-        tmp_path: Path, net: Wan, relay_proc: subprocess.Popen[bytes],
+        tmp_path: Path, net: Wan, relay: tuple[subprocess.Popen[bytes], str],
         running: list[Node]) -> None:
     a0, b0 = make_fleet(tmp_path, 2, hosts=[net.sites["a"].hosts[0], net.sites["b"].hosts[0]],
                         base_port=4011, learning={"local_steps": 2})
     for node in (a0, b0):
         write_overrides(node.config, network={"mdns": False, "static_peers": [],
-                                              "bootstrap": [], "relays": [relay_addr(net)]})
+                                              "bootstrap": [], "relays": [relay[1]]})
     t0 = time.monotonic()
     start((a0, b0), running)
     wait_for(lambda: a0.status() is not None and b0.status() is not None, STARTUP_TIMEOUT_S,
@@ -115,7 +115,7 @@ def test_two_natd_sites_configured_with_only_a_relay_cache_each_others_entries(
 @pytest.mark.slow
 @pytest.mark.parametrize("net", [(2, 2)], indirect=True)
 def test_four_members_in_two_sites_meet_through_a_relay_and_recover_when_it_restarts(
-        tmp_path: Path, net: Wan, relay_proc: subprocess.Popen[bytes],
+        tmp_path: Path, net: Wan, relay: tuple[subprocess.Popen[bytes], str],
         running: list[Node]) -> None:
     """The long form: two members per site (mDNS inside each site, only the relay across),
     every node caching every other's entry; then the relay is stopped and started again
@@ -126,7 +126,7 @@ def test_four_members_in_two_sites_meet_through_a_relay_and_recover_when_it_rest
                        learning={"local_steps": 2})
     for node in nodes:
         write_overrides(node.config, network={"mdns": True, "static_peers": [],
-                                              "bootstrap": [], "relays": [relay_addr(net)]})
+                                              "bootstrap": [], "relays": [relay[1]]})
     a0, a1, b0, b1 = nodes
     t0 = time.monotonic()
     start(nodes, running)
@@ -138,10 +138,11 @@ def test_four_members_in_two_sites_meet_through_a_relay_and_recover_when_it_rest
              nodes)
     met = time.monotonic()
     # The relay restarts: its hop and rendezvous state is gone, and so is every circuit.
-    stop(relay_proc)
+    stop(relay[0])
     stopped = time.monotonic()
     before = {(n.id, o.id): _sessions(n, o.id) for n, o in ((a0, b0), (b1, a1))}
-    proc = start_relay(net.public[0], tmp_path / "relay.log")
+    proc, again = start_relay(net.public[0], tmp_path / "relay")
+    assert again == relay[1]  # the same id: its state directory holds its key
     try:
         restarted = time.monotonic()
         wait_for(lambda: all(_sessions(n, o.id) > before[(n.id, o.id)]

@@ -13,15 +13,20 @@ import trio
 
 from peerd.net.liveness import Liveness
 from peerd.net.mends import local_ip, socket_of, stalled, tune_socket
-from peerd.net.transport_config import STALLED_RETRANSMITS, TCP_USER_TIMEOUT_S
+from peerd.net.transport_config import (
+    STALLED_PROBES,
+    STALLED_RETRANSMITS,
+    TCP_KEEPALIVE_IDLE_S,
+    TCP_USER_TIMEOUT_S,
+)
 
 
 class FakeSocket:
     """A TCP socket as mend 9 reads it: TCP_INFO's head, the local address, shutdown."""
 
-    def __init__(self, ip: str = "10.0.0.1", retransmits: int = 0, *,
+    def __init__(self, ip: str = "10.0.0.1", retransmits: int = 0, *, probes: int = 0,
                  broken: bool = False) -> None:
-        self.ip, self.retransmits, self.broken = ip, retransmits, broken
+        self.ip, self.retransmits, self.probes, self.broken = ip, retransmits, probes, broken
         self.options: dict[tuple[int, int], int] = {}
         self.shut: int | None = None
 
@@ -32,7 +37,8 @@ class FakeSocket:
         if self.broken:
             raise OSError(9, "Bad file descriptor")
         # state ESTABLISHED, ca_state, retransmits, probes, backoff, then zeros
-        return struct.pack("5B", 1, 0, self.retransmits, 0, self.retransmits) + bytes(99)
+        return struct.pack("5B", 1, 0, self.retransmits, self.probes,
+                           self.retransmits) + bytes(99)
 
     def getsockname(self) -> Any:
         if self.broken:
@@ -69,6 +75,13 @@ def test_stalled_means_retransmission_timeouts_in_a_row() -> None:
     assert not stalled(FakeSocket(broken=True))  # unreadable: no verdict
 
 
+def test_stalled_means_keepalive_probes_unanswered_in_a_row() -> None:
+    # An idle connection's path gone silent: no data is in flight, so no retransmission
+    # ever counts; the kernel's unanswered keepalive probes do.
+    assert not stalled(FakeSocket(probes=STALLED_PROBES - 1))
+    assert stalled(FakeSocket(probes=STALLED_PROBES))
+
+
 def test_local_ip_reads_ipv4_mapped_addresses_as_ipv4() -> None:
     assert local_ip(FakeSocket("::ffff:10.0.0.7")) == "10.0.0.7"
     assert local_ip(FakeSocket("fe80::1%eth0")) == "fe80::1"
@@ -81,6 +94,7 @@ def test_tune_socket_sets_keepalive_and_the_user_timeout() -> None:
     assert sock.options[(socket.SOL_SOCKET, socket.SO_KEEPALIVE)] == 1
     assert sock.options[(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)] == int(
         TCP_USER_TIMEOUT_S * 1000)
+    assert sock.options[(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)] == int(TCP_KEEPALIVE_IDLE_S)
 
 
 def test_a_dead_connection_is_judged_and_closed_a_live_one_kept() -> None:

@@ -15,6 +15,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.net.gossip import SessionResult, run_session
+from peerd.net.relay import RelayService
 from peerd.net.relayclient import UNKNOWN_RELAY, RelayClient, rendezvous_namespace
 from peerd.net.transport import Stream, Transport, TransportError, open_transport
 from peerd.node.state import NodeState
@@ -48,7 +49,8 @@ class Member:
 
 @asynccontextmanager
 async def member(k: Ed25519PrivateKey, relays: list[str], nursery: trio.Nursery, *,
-                 discover_s: float = 0.3, retry_max_s: float = 1.0) -> AsyncIterator[Member]:
+                 discover_s: float = 0.3, retry_max_s: float = 1.0,
+                 relay_service: bool = False) -> AsyncIterator[Member]:
     node = signed_node(k, 1, A, B)
     box: list[Member] = []
 
@@ -64,9 +66,19 @@ async def member(k: Ed25519PrivateKey, relays: list[str], nursery: trio.Nursery,
                              retry_max_s=retry_max_s)
         m = Member(node, t, client, found)
         box.append(m)
-        nursery.start_soon(client.run)
+        if relay_service:  # [network] relay_service: its hop serves /stop for the client
+            service = await stack_relay(t, nursery)
+            nursery.start_soon(client.run, service.hop)
+        else:
+            nursery.start_soon(client.run)
         await client.started.wait()
         yield m
+
+
+async def stack_relay(t: Transport, nursery: trio.Nursery) -> RelayService:
+    service = RelayService(t.host)
+    await nursery.start(service.run)
+    return service
 
 
 def test_the_namespace_is_the_fleets() -> None:
@@ -115,6 +127,25 @@ def test_a_direct_address_that_works_is_preferred_to_the_circuit() -> None:
             assert a.client.relayed_via(b.node.id) is None  # a TCP connection, no circuit
             await until(lambda: len(b.t.connected_peers()) == 2)  # the relay and a
             assert b.client.relayed_via(a.node.id) is None
+            nursery.cancel_scope.cancel()
+
+    run(body, 60)
+
+
+def test_a_member_running_a_relay_service_is_dialled_through_another_relay() -> None:
+    async def body() -> None:
+        async with relay() as r, trio.open_nursery() as nursery, AsyncExitStack() as stack:
+            a = await stack.enter_async_context(member(A, [r.addr], nursery,
+                                                       relay_service=True))
+            b = await stack.enter_async_context(member(B, [r.addr], nursery))
+            publish(a.node, 2)
+            await until(lambda: a.node.id in b.found)
+            await b.client.connect(a.node.id, b.found[a.node.id])
+            assert b.client.relayed_via(a.node.id) == r.transport.peer_id
+            async with b.t.open_stream(a.node.id) as stream:
+                result = await run_session(stream, b.node, CTX, peer_id=a.node.id,
+                                           initiator=True)
+            assert result.received == 1
             nursery.cancel_scope.cancel()
 
     run(body, 60)
