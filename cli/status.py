@@ -221,7 +221,14 @@ def status_view(status: Status) -> Group:
         parts.append(tracking_line(status.tracking))
     peers = status.peers
     connected = sum(1 for p in peers if p.connected)
-    parts.append(f"peers: {connected} connected, {len(peers)} known (`peerd peers` for details)")
+    # How the connected ones are reached, once known: "; lan 2, relayed 1".
+    paths: dict[str, int] = {}
+    for p in peers:
+        if p.connected and p.path is not None:
+            paths[p.path] = paths.get(p.path, 0) + 1
+    how = "; " + ", ".join(f"{k} {n}" for k, n in sorted(paths.items())) if paths else ""
+    parts.append(f"peers: {connected} connected, {len(peers)} known{how} "
+                 "(`peerd peers` for details)")
     g = status.gossip
     if g.get("sweeps"):  # the fanout bound at work: what an operator sizing a fleet checks
         parts.append(f"gossip: {g['sweeps']} sweeps, {g.get('dials', 0)} sessions started "

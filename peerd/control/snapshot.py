@@ -68,6 +68,20 @@ class LinkCounters(Protocol):
     def last_seen(self) -> float: ...
 
 
+class PeerLink(Protocol):
+    """How one connected peer is reached (built by the daemon from
+    ``peerd.node.paths.classify`` and ``peerd.node.rtt.RttTable``)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def relay(self) -> str | None: ...
+    @property
+    def rtt_ms(self) -> float | None: ...
+    @property
+    def rtt_last_ms(self) -> float | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class TransportSnapshot:
     """What the transport reports: connected peers, per-peer counters, lifetime totals."""
@@ -76,6 +90,9 @@ class TransportSnapshot:
     peers: Mapping[str, LinkCounters] = field(default_factory=dict)
     bytes_in: int = 0  # since start, peers no longer listed included
     bytes_out: int = 0
+    #: Connected peers' paths and round-trip times (a connected peer may be missing: its
+    #: path is not known yet).
+    links: Mapping[str, PeerLink] = field(default_factory=dict)
 
 
 #: Before the libp2p host is up: no connections, nothing moved.
@@ -127,6 +144,7 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
     for pid in sorted(peers.ids() | transport.connected):
         p = peers.get(pid)
         s = transport.peers.get(pid)
+        link = transport.links.get(pid) if pid in transport.connected else None
         rows.append(PeerRow(
             id=pid,
             addrs=p.addrs if p else (),
@@ -140,6 +158,10 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
             last_error=p.last_error if p else None,
             failures=p.failures if p else 0,
             retry_in_s=None if p is None or p.retry_at is None else max(0.0, p.retry_at - now),
+            path=link.path if link else None,
+            relay=link.relay if link else None,
+            rtt_ms=finite(link.rtt_ms) if link else None,
+            rtt_last_ms=finite(link.rtt_last_ms) if link else None,
         ))
     own = node.own
     return Status(

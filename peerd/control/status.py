@@ -162,6 +162,16 @@ class PeerRow:
     failures: int
     #: Seconds until it may be dialled again (0: at the next sweep); None: no backoff.
     retry_in_s: float | None
+    #: How it is reached now (peerd.node.paths): "lan", "direct", "relayed" or
+    #: "hole-punched"; None while not connected. A plain string, so that an older client
+    #: still reads a kind added later.
+    path: str | None = None
+    #: The relay's peer id on a relayed path (None otherwise, or when it is unknown).
+    relay: str | None = None
+    #: Round-trip time in ms over /ipfs/ping/1.0.0: smoothed (RFC 6298's SRTT, gain 1/8)
+    #: and the last sample; None until a ping of this connection succeeded.
+    rtt_ms: float | None = None
+    rtt_last_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from peerd.core.local_update import LocalResult, Objective, local_update
+from peerd.core.local_update import LocalResult, Objective, local_update, stacked_step_
 
 #: The two objectives (module docstring): the notes' eq. 18 as written, or the paper code's.
 DistillForm = Literal["eq18", "code"]
@@ -196,9 +196,14 @@ def batched_distill_update(
         return distill_loss(functional_call(model, p, (x,)), t, z, h, policy)
 
     step_grad = vmap(grad_and_value(loss))
-    current = {n: t.detach() for n, t in params.items()}
+    # A private copy stepped in place by the batched local update's own step rule, so that
+    # with β = 0 the two are the same arithmetic, bit for bit.
+    current = {n: t.detach().clone(memory_format=torch.contiguous_format)
+               for n, t in params.items()}
+    names = list(current)
+    xs = [current[n] for n in names]
     steps = X_batches.shape[0]
-    agents = next(iter(current.values())).shape[0]
+    agents = xs[0].shape[0]
     counts = (torch.full((agents,), steps, dtype=torch.long) if steps_per_agent is None
               else steps_per_agent.to(torch.long))
     if counts.shape != (agents,) or bool((counts < 0).any()) or bool((counts > steps).any()):
@@ -209,7 +214,7 @@ def batched_distill_update(
         if active.numel() == agents:
             grads, values = step_grad(current, X_batches[k], y_batches[k], teacher_batches[k],
                                       has_batches[k])
-            current = {n: p - lr * grads[n] for n, p in current.items()}
+            stacked_step_(xs, [grads[n] for n in names], None, lr=lr, rho=0.0)
             total += values.detach()
             continue
         if active.numel() == 0:
@@ -217,10 +222,10 @@ def batched_distill_update(
         sub = {n: p[active] for n, p in current.items()}
         grads, values = step_grad(sub, X_batches[k][active], y_batches[k][active],
                                   teacher_batches[k][active], has_batches[k][active])
-        for n, p in current.items():
-            p = p.clone()
-            p[active] = sub[n] - lr * grads[n]
-            current[n] = p
+        stacked_step_([sub[n] for n in names], [grads[n] for n in names], None, lr=lr,
+                      rho=0.0)
+        for n in names:
+            current[n][active] = sub[n]
         total[active] += values.detach()
     mean = total / counts.clamp(min=1)
     mean[counts == 0] = float("nan")

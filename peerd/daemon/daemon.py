@@ -47,6 +47,7 @@ from peerd.daemon.external import ExternalSide
 from peerd.daemon.gossiping import Gossiping
 from peerd.daemon.host import Metrics
 from peerd.daemon.launch import load_data
+from peerd.daemon.links import PeerLinks
 from peerd.daemon.memory import pin_mmap_threshold
 from peerd.daemon.modes import build_mode
 from peerd.daemon.modes.base import Mode, run_round
@@ -126,6 +127,8 @@ class Daemon(Gossiping):
         self._moved: set[str] = set()
         self.listen_addrs: list[str] = []
         self._connections = ConnectionLog(self._admits)
+        #: Each connected peer's path and round-trip time (peerd peers).
+        self.links = PeerLinks(self.peers)
         self._membership = Membership(cfg.fleet.fleet_id.hex(), self.node.id)
         self.ready = trio.Event()
         self._metrics: StatusMetrics | None = None
@@ -319,6 +322,8 @@ class Daemon(Gossiping):
     async def _serve(self, transport: Transport) -> None:
         async with trio.open_nursery() as inner:
             inner.start_soon(self._gossip_loop, transport, inner)
+            inner.start_soon(self.links.start(
+                transport, lambda: self._listed_connected(transport)).run)
             if self.cfg.network.mdns:  # probing takes a second or two: READY does not wait
                 inner.start_soon(self._discover, transport.port)
             if self.cfg.network.bootstrap:
@@ -379,17 +384,21 @@ class Daemon(Gossiping):
             self.tracking.close()
 
     # ------------------------------------------------------------------ status
+    def _listed_connected(self, t: Transport) -> list[str]:
+        """Connected peers the status lists and the pinger pings: a stranger's connection
+        (closed at once, or on probation) is neither."""
+        return [p for p in t.connected_peers() if p in self.peers or self._admits(p)]
+
     def status(self) -> Status:
         t = self.transport
         link = NO_TRANSPORT
         if t is not None:
             bytes_in, bytes_out = t.byte_totals()
-            # A stranger's connection (closed at once, or on probation) is not listed.
-            connected = frozenset(p for p in t.connected_peers()
-                                  if p in self.peers or self._admits(p))
+            connected = frozenset(self._listed_connected(t))
             link = TransportSnapshot(connected=connected,
                                      peers=t.peer_stats(), bytes_in=bytes_in,
-                                     bytes_out=bytes_out)
+                                     bytes_out=bytes_out,
+                                     links=self.links.snapshot(t, connected))
         return build_status(node=self.node, numbers=self.metrics, peers=self.peers,
                             transport=link, config=self._config_status,
                             # Read live: concrete addresses that follow the host's.

@@ -67,6 +67,21 @@ def local_ips() -> frozenset[str]:
     return frozenset(found)
 
 
+def local_networks() -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """The subnets of the host's interfaces now (each address with its prefix length): a
+    peer whose address lies in one is on one of our links (:mod:`peerd.node.paths`)."""
+    found: set[ipaddress.IPv4Network | ipaddress.IPv6Network] = set()
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            raw = ip.ip if isinstance(ip.ip, str) else ip.ip[0]
+            try:
+                found.add(ipaddress.ip_network(f"{raw.split('%')[0]}/{ip.network_prefix}",
+                                               strict=False))
+            except ValueError:
+                continue
+    return tuple(sorted(found, key=lambda n: (n.version, str(n))))
+
+
 def _split_tcp(maddr: str) -> tuple[str, str, str] | None:
     """``/ip4/H/tcp/P`` -> ("ip4", H, "/tcp/P"); None for anything else."""
     parts = maddr.split("/")

@@ -64,6 +64,42 @@ class SwarmConnections:
             return None
         return None
 
+    def remote_multiaddrs(self, peer_id: str) -> list[str]:
+        """The remote multiaddr of each open connection with ``peer_id``: ``/ip4|ip6/…/tcp/…``
+        of a direct one, ``/p2p/RELAY/p2p-circuit/p2p/PEER`` of a relayed one (what
+        :func:`peerd.node.paths.classify` reads).
+
+        py-libp2p 0.8.1 labels a relayed connection that *we* accepted (the hop's STOP
+        stream) with our own id as the relay's; the relay is then read from the stream the
+        connection runs over, the relay's own connection. A relayed connection's muxer
+        reports the relay's TCP address as its remote address, so the circuit address is
+        read first."""
+        out: list[str] = []
+        try:
+            conns = list(self._swarm.connections.get(parse_peer_id(peer_id), []))
+        except TransportError:
+            return out
+        own = str(self._swarm.get_peer_id())
+        for conn in conns:
+            if getattr(conn, "is_closed", False):
+                continue
+            try:
+                addrs = [str(a) for a in conn.get_transport_addresses()]
+            except Exception:  # noqa: BLE001 - a torn connection: read what the muxer says
+                addrs = []
+            circuit = next((a for a in addrs if "/p2p-circuit" in a), None)
+            if circuit is not None:
+                out.append(_relay_corrected(circuit, own, conn))
+                continue
+            remote = getattr(conn.muxed_conn, "get_remote_address", lambda: None)()
+            if remote is not None:
+                host, port = remote[0], remote[1]
+                out.append(f"/ip6/{host}/tcp/{port}" if ":" in str(host)
+                           else f"/ip4/{host}/tcp/{port}")
+            elif addrs:
+                out.append(addrs[0])
+        return out
+
     async def close(self, conn: Hashable) -> None:
         """Close one connection (not the peer's others); its limiter slots go with it. It
         leaves the swarm's table even when closing it runs out of time (a dead path, mend
@@ -82,3 +118,19 @@ class SwarmConnections:
                     swarm.remove_conn(swarm_conn)  # type: ignore[attr-defined]
                 except Exception as e:  # noqa: BLE001 - bookkeeping of a dead connection
                     logger.debug("forgetting a closed connection failed: %r", e)
+
+
+def _relay_corrected(circuit: str, own: str, conn: object) -> str:
+    """``circuit`` with the relay's real id where py-libp2p put ours (see remote_multiaddrs)."""
+    head, _, tail = circuit.partition("/p2p-circuit")
+    if head != f"/p2p/{own}" and not head.endswith(f"/p2p/{own}"):
+        return circuit
+    # SwarmConn → Yamux → SecureSession → Noise reader → packet reader → RawConnection,
+    # whose stream is the relay's STOP stream on our connection to the relay.
+    node: object = getattr(conn, "muxed_conn", None)
+    for attr in ("secured_conn", "conn", "read_writer", "read_write_closer", "stream",
+                 "muxed_conn", "peer_id"):
+        node = getattr(node, attr, None)
+        if node is None:
+            return "/p2p-circuit" + tail  # relayed, through a relay we cannot name
+    return f"/p2p/{node}/p2p-circuit{tail}"

@@ -239,6 +239,11 @@ class Transport:
         """``IP:PORT`` of an open connection with ``peer_id`` (for the logs), None if none."""
         return self._conns.remote_address(peer_id)
 
+    def connection_multiaddrs(self, peer_id: str) -> list[str]:
+        """The remote multiaddr of each open connection with ``peer_id`` (``/p2p-circuit``
+        in a relayed one's): what its path is read from (:mod:`peerd.node.paths`)."""
+        return self._conns.remote_multiaddrs(peer_id)
+
     def is_connected(self, peer_id: str) -> bool:
         return self._conns.count(peer_id) > 0
 

@@ -153,3 +153,29 @@ def test_a_backoff_that_ran_out_shows_zero_seconds() -> None:
     table.failed(peer, "connection refused", NOW - 400.0)  # at most 5 s of backoff
     (row,) = build(n, peers=table).peers
     assert (row.failures, row.retry_in_s, row.last_error) == (1, 0.0, "connection refused")
+
+
+@dataclass
+class PathLink:
+    path: str
+    relay: str | None
+    rtt_ms: float | None
+    rtt_last_ms: float | None
+
+
+def test_connected_peers_carry_their_path_and_rtt() -> None:
+    n = node(A, manifest(A, B))
+    table = PeerTable(n.id)
+    table.on_hint("12D3KooWgone", ["/ip4/10.0.0.2/tcp/4011"], NOW - 20.0)
+    transport = TransportSnapshot(
+        connected=frozenset({"12D3KooWrelayed", "12D3KooWnew"}),
+        links={"12D3KooWrelayed": PathLink("relayed", "12D3KooWrelay", 40.5, math.nan),
+               # A path left over from a connection that is gone is not shown.
+               "12D3KooWgone": PathLink("lan", None, 1.0, 1.0)})
+    rows = {p.id: p for p in build(n, peers=table, transport=transport).peers}
+    relayed, new, gone = rows["12D3KooWrelayed"], rows["12D3KooWnew"], rows["12D3KooWgone"]
+    assert (relayed.path, relayed.relay, relayed.rtt_ms, relayed.rtt_last_ms) == (
+        "relayed", "12D3KooWrelay", 40.5, None)  # NaN is shown as null
+    # Connected, its path not read yet (the connection came up after the look).
+    assert (new.path, new.relay, new.rtt_ms) == (None, None, None)
+    assert (gone.connected, gone.path, gone.rtt_ms) == (False, None, None)

@@ -9,7 +9,13 @@ import torch
 from torch import nn
 
 from peerd.core.drift import drift
-from peerd.core.local_update import batched_local_update, local_update, sample_batches
+from peerd.core.local_update import (
+    GatheredBatches,
+    batched_local_update,
+    local_update,
+    sample_batches,
+    stacked_step_,
+)
 
 
 def data(n: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,6 +209,68 @@ def test_batched_update_matches_one_model_at_a_time(rho: float) -> None:
         for name, p in single.named_parameters():
             torch.testing.assert_close(new[name][a], p.detach(), rtol=1e-5, atol=1e-6)
         assert float(losses[a]) == pytest.approx(res.mean_loss, rel=1e-5)
+
+
+@pytest.mark.parametrize(("lr", "rho"), [(0.1, 0.01), (0.05, 0.5), (0.3, 2.0)])
+def test_fused_stacked_step_equals_the_reference_formula(lr: float, rho: float) -> None:
+    g = torch.Generator().manual_seed(7)
+    shapes = [(50, 64, 784), (50, 64), (50, 10, 64), (50, 10)]
+    xs = [torch.randn(s, generator=g) for s in shapes]
+    grads = [torch.randn(s, generator=g) for s in shapes]
+    anchors = [x + 0.1 * torch.randn(x.shape, generator=g) for x in xs]
+    # The formula as the lecture writes it, in float64 so only the fused step rounds.
+    want = [(x.double() - lr * (gr.double() + rho * (x.double() - a.double()))).float()
+            for x, gr, a in zip(xs, grads, anchors, strict=True)]
+    stacked_step_(xs, grads, anchors, lr=lr, rho=rho)
+    for got, w in zip(xs, want, strict=True):
+        torch.testing.assert_close(got, w, rtol=1.3e-6, atol=1e-6)
+
+
+def test_fused_stacked_step_at_rho_zero_is_sgd_bit_for_bit() -> None:
+    g = torch.Generator().manual_seed(8)
+    xs = [torch.randn(20, 33, generator=g), torch.randn(20, generator=g)]
+    grads = [torch.randn(20, 33, generator=g), torch.randn(20, generator=g)]
+    want = [x.clone().add_(gr, alpha=-0.1) for x, gr in zip(xs, grads, strict=True)]
+    stacked_step_(xs, grads, None, lr=0.1, rho=0.0)
+    assert all(torch.equal(a, b) for a, b in zip(xs, want, strict=True))
+    # A gradient vmap hands back as an expanded view (stride 0) is only read.
+    zero = torch.zeros(1, 33).expand(20, 33)
+    before = xs[0].clone()
+    stacked_step_([xs[0]], [zero], [before + 1], lr=0.1, rho=0.0)
+    assert torch.equal(xs[0], before)
+
+
+def test_batched_update_leaves_its_inputs_alone() -> None:
+    X, y = data(32)
+    template = net()
+    stacked = {k: torch.stack([v, v + 0.1]) for k, v in params_of(template).items()}
+    kept = {k: v.clone() for k, v in stacked.items()}
+    idx = torch.stack([sample_batches(32, 8, 3, torch.Generator().manual_seed(a))
+                       for a in range(2)], dim=1)
+    new, _ = batched_local_update(template, stacked, X[idx], y[idx], lr=0.1, rho=0.5,
+                                  loss="cross_entropy")
+    assert all(torch.equal(stacked[k], kept[k]) for k in stacked)
+    assert not any(torch.equal(new[k], kept[k]) for k in stacked)
+
+
+def test_gathered_batches_equal_the_whole_gather_step_by_step() -> None:
+    X, y = data(40)
+    idx = torch.stack([sample_batches(40, 8, 4, torch.Generator().manual_seed(a))
+                       for a in range(3)], dim=1)  # [K, A, B]
+    whole = X[idx]
+    lazy = GatheredBatches(X, idx)
+    assert lazy.shape == whole.shape
+    assert len(lazy) == 4
+    for k in range(4):
+        assert torch.equal(lazy[k], whole[k])
+    template = net()
+    stacked = {k: torch.stack([v, v - 0.2, v + 0.3]) for k, v in params_of(template).items()}
+    a, la = batched_local_update(template, stacked, whole, y[idx], lr=0.1, rho=0.5,
+                                 loss="cross_entropy")
+    b, lb = batched_local_update(template, stacked, lazy, y[idx], lr=0.1, rho=0.5,
+                                 loss="cross_entropy")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(la, lb)
 
 
 def test_negative_rho_or_lr_is_refused() -> None:

@@ -25,9 +25,26 @@ def test_two_daemons_on_loopback_swap_verified_entries_and_train(
         assert s["node"]["version"] >= 1
         assert s["node"]["val_accuracy"] is not None
         assert any(p["id"] == other.id and p["connected"] for p in s["peers"])
+    # Each reaches the other over loopback (this host: "lan"), its RTT measured by libp2p
+    # ping within a tick or two of connecting (issue 27 item 3).
+    for me, other in ((a, b), (b, a)):
+        def measured(me: Node = me, other: Node = other) -> bool:
+            return _rtt(me, other) is not None
+
+        wait_for(measured, 30, "a measured RTT", [a, b])
+        row = next(p for p in status(me)["peers"] if p["id"] == other.id)
+        assert (row["path"], row["relay"]) == ("lan", None)
+        assert 0.0 < row["rtt_ms"] < 1000.0
+        assert 0.0 < row["rtt_last_ms"] < 1000.0
     # SIGTERM: clean exit, control socket removed
     assert a.stop() == 0
     assert not a.socket.exists()
+
+
+def _rtt(me: Node, other: Node) -> float | None:
+    s = me.status()
+    row = None if s is None else next((p for p in s["peers"] if p["id"] == other.id), None)
+    return None if row is None else row["rtt_ms"]
 
 
 def test_restart_resumes_round_version_and_cache(tmp_path: Path, running: list[Node]) -> None:
@@ -70,3 +87,4 @@ def test_two_daemons_in_namespaces_find_each_other_by_mdns(
     assert peer["source"] == "mdns"
     assert any(hosts[1].address in addr for addr in peer["addrs"])
     assert next(c for c in s["cache"] if c["origin"] == b.id)["verified"] is True
+    assert peer["path"] == "lan"  # on one bridge, and mDNS found it

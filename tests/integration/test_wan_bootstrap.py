@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,12 @@ def _sessions(node: Node, peer_id: str) -> int:
     return next((p["sessions"] for p in s["peers"] if p["id"] == peer_id), 0)
 
 
+def _row(node: Node, peer_id: str) -> dict[str, Any]:
+    s = node.status()
+    row = None if s is None else next((p for p in s["peers"] if p["id"] == peer_id), None)
+    return {} if row is None else dict(row)
+
+
 def test_site_members_join_a_public_one_through_bootstrap_and_recover_from_a_nat_rebinding(
         tmp_path: Path, net: Wan, running: list[Node]) -> None:
     site = net.sites["a"]
@@ -57,6 +64,17 @@ def test_site_members_join_a_public_one_through_bootstrap_and_recover_from_a_nat
                          for n, o in ((a0, pub), (a1, pub), (pub, a0), (pub, a1))),
              STARTUP_TIMEOUT_S + 60, "site a and the public member to cache each other's entries",
              [a0, a1, pub])
+
+    # a0 reaches the public member at its public address, outside a0's subnet: a direct
+    # path, its RTT measured across the router (issue 27 item 3).
+    wait_for(lambda: _row(a0, pub.id).get("rtt_ms") is not None, 30, "a0's RTT to the public "
+             "member", [a0, pub])
+    row = _row(a0, pub.id)
+    assert (row["path"], row["relay"]) == ("direct", None)
+    assert row["rtt_ms"] > 0.0
+    print(f"a0 -> public member: path {row['path']}, rtt {row['rtt_ms']:.2f} ms; public "
+          f"member -> a0: path {_row(pub, a0.id).get('path')} (the router's uplink is on "
+          f"the public member's own /24)", file=sys.stderr)
 
     # For comparison: how long a fresh session takes with the mappings left alone.
     before = _sessions(pub, a0.id)

@@ -12,6 +12,7 @@ from peerd.sim.train import (
     evaluate,
     matrix_to_stack,
     model_schema,
+    saved_floats_per_sample,
     stack_to_matrix,
     train_batched,
     train_loop,
@@ -85,3 +86,16 @@ def test_evaluate_matches_a_plain_forward_pass() -> None:
         logits = torch.func.functional_call(model, {k: v[0] for k, v in params.items()}, (x,))
         assert acc[a] == (logits.argmax(1) == y).double().mean().item()
     assert acc[0] == acc[-1]
+
+
+def test_a_big_model_trains_in_calls_that_fit_the_activation_budget() -> None:
+    model, schema, matrix, x, y, idx = _setup()
+    per_sample = saved_floats_per_sample(model, x[0])
+    # The MLP 16 -> 64 -> 3 saves its input, hidden layer (twice: pre-ReLU and ReLU output's
+    # mask) and logits: about 16 + 2 * 64 + 3 floats a sample, parameters not counted.
+    assert 100 < per_sample < 300
+    batches = draw_batches(idx, 3, 32, seed=1, round_index=0)
+    whole, _ = train_batched(model, matrix, schema, x, y, batches, lr=0.1, rho=0.5)
+    tight, _ = train_batched(model, matrix, schema, x, y, batches, lr=0.1, rho=0.5,
+                             agents_per_call=1)
+    torch.testing.assert_close(whole, tight, rtol=1e-5, atol=1e-6)
