@@ -107,6 +107,10 @@ def test_two_natd_sites_configured_with_only_a_relay_cache_each_others_entries(
     for node, other in ((a0, b0), (b0, a0)):
         peer = next(p for p in status(node)["peers"] if p["id"] == other.id)
         assert any(a.endswith("/p2p-circuit") for a in peer["addrs"]), peer
+    # peerd status says how: relayed (while the connection is up; it may be between sweeps).
+    wait_for(lambda: all(next(p for p in status(n)["peers"] if p["id"] == o.id)["path"]
+                         == "relayed" for n, o in ((a0, b0), (b0, a0))), 30,
+             "both to show the other's path as relayed", [a0, b0])
     print(f"two NAT'd sites through a relay: both daemons answering {up - t0:.1f} s after "
           f"start, each caching the other's entry {met - t0:.1f} s after start",
           file=sys.stderr)
