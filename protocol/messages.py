@@ -234,6 +234,10 @@ ADDRS_CAPABILITY = "addrs/v1"
 #: (a Want item's offset, an Entry's ``offset``): a 44 MB entry cut at 40 MB over a slow
 #: link costs 4 MB to finish, not 44 again.
 RESUME_CAPABILITY = "resume/v1"
+#: The Hello capability that says a peer takes address records holding circuit addresses
+#: (``.../p2p/<relay>/p2p-circuit``, issue 27): a release before them ends the session on
+#: such a record (malformed), so it is sent only the records without one.
+CIRCUITS_CAPABILITY = "circuits/v1"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,10 @@ relayed for ever cannot keep a dead address alive::
 The envelope's key must be the key the node id names (the id is the key, so nothing else
 is trusted). ``seq`` orders one node's records: a holder keeps only the highest (libp2p
 uses a timestamp in the same role). Addresses are TCP multiaddrs over an IP literal or a
-DNS name, without ``/p2p/`` (the record's node says whose they are).
+DNS name, without ``/p2p/`` (the record's node says whose they are), or a member's circuit
+address at a Circuit Relay v2 relay it holds a reservation on,
+``<relay's TCP multiaddr>/p2p/<relay id>/p2p-circuit`` (issue 27: a member behind a NAT is
+dialled through the relay; the Noise handshake still proves the member's key end to end).
 
 Pure: ``now`` is a parameter; whether the node is a member is the caller's decision.
 """
@@ -82,6 +85,35 @@ def check_multiaddr(addr: str, what: str = "multiaddr") -> str:
     return addr
 
 
+CIRCUIT_SUFFIX = "/p2p-circuit"
+
+
+def is_circuit(addr: str) -> bool:
+    """Whether ``addr`` has the shape of a circuit address (not yet checked)."""
+    return addr.endswith(CIRCUIT_SUFFIX)
+
+
+def check_circuit(addr: str, what: str = "circuit address") -> str:
+    """``<check_multiaddr shape>/p2p/<relay id>/p2p-circuit``: the relay's TCP address and
+    the peer id the relay must prove, then the circuit (the member's own id is the record's
+    or the dialler's to add)."""
+    if len(addr) > MAX_RECORD_MULTIADDR_LEN:
+        malformed(f"{what} longer than {MAX_RECORD_MULTIADDR_LEN} characters")
+    if not is_circuit(addr):
+        malformed(f"{what} {addr[:64]!r} does not end in {CIRCUIT_SUFFIX}")
+    relay, sep, relay_id = addr[: -len(CIRCUIT_SUFFIX)].rpartition("/p2p/")
+    if not sep:
+        malformed(f"{what} {addr[:64]!r} names no relay (/p2p/<relay id>)")
+    check_multiaddr(relay, what)
+    as_node_id(relay_id, f"{what}'s relay id")
+    return addr
+
+
+def check_record_addr(addr: str, what: str = "multiaddr") -> str:
+    """An address a record may hold: a direct TCP one or a circuit address."""
+    return check_circuit(addr, what) if is_circuit(addr) else check_multiaddr(addr, what)
+
+
 @dataclass(frozen=True, slots=True)
 class PeerRecord:
     """A verified record (or one we signed); ``envelope`` is what is handed on, unchanged."""
@@ -102,7 +134,7 @@ def sign_record(key: Ed25519PrivateKey, fleet_id: bytes, *, seq: int,
         raise ValueError("a record names each address once")
     try:
         for a in addrs:
-            check_multiaddr(a)
+            check_record_addr(a)
     except ProtocolError as exc:
         raise ValueError(exc.message) from None
     node_id = node_id_of(key)
@@ -134,8 +166,8 @@ def verify_record(envelope: SignedEnvelope, fleet_id: bytes, now: float) -> Peer
     raw = f.get("addrs", as_list, MAX_RECORD_ADDRS)
     if not raw:
         malformed("address record without an address")
-    addrs = tuple(check_multiaddr(as_str(a, "addrs.addrs[]", MAX_RECORD_MULTIADDR_LEN),
-                                  "addrs.addrs[]") for a in raw)
+    addrs = tuple(check_record_addr(as_str(a, "addrs.addrs[]", MAX_RECORD_MULTIADDR_LEN),
+                                    "addrs.addrs[]") for a in raw)
     if len(set(addrs)) != len(addrs):
         malformed("address record names an address twice")
     expires = f.get("expires", as_float)

@@ -270,6 +270,11 @@ class Session:
         return cap in self.hello.capabilities and cap in self.their_hello.capabilities
 
     @property
+    def takes_circuits(self) -> bool:
+        """The peer's Hello says it takes records holding circuit addresses."""
+        return msg.CIRCUITS_CAPABILITY in self.their_hello.capabilities
+
+    @property
     def resumes(self) -> bool:
         """Both Hellos announce resuming cut transfers (known once the Hellos went by)."""
         cap = msg.RESUME_CAPABILITY

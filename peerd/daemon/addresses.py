@@ -27,6 +27,10 @@ from peerd.store.statedir import StateDir
 
 log = logging.getLogger(__name__)
 
+#: Addresses kept of one member from its record and the rendezvous points together: a
+#: record's MAX_RECORD_ADDRS and a few circuits more, each dialled in turn.
+MAX_HINT_ADDRS = 8
+
 
 def _ip_addrs(addrs: Sequence[str]) -> tuple[str, ...]:
     """The addresses the transport dials as they are: a record may name a DNS address (the
@@ -66,8 +70,25 @@ class Addresses:
                 log.info("learned %s at %s", short_id(r.node_id), ", ".join(r.addrs))
                 self._wake()
 
-    def sign_own(self, listen: Sequence[str], bound_host: str) -> None:
-        self.book.sign_own(dialable_addrs(listen, bound_host), self._now())
+    def found(self, node_id: str, addrs: tuple[str, ...]) -> None:
+        """A member registered at a relay's rendezvous point (``peerd.net.relayclient``:
+        admitted ids only, addresses well-formed): a hint like a record's. Its signed record,
+        when the book holds one, comes first, so the two sources do not take turns at the
+        peer's addresses (each change would redial it)."""
+        held = self.book.get(node_id)
+        if held is not None:
+            if set(addrs) <= set(held.addrs):
+                return
+            addrs = tuple(dict.fromkeys((*held.addrs, *addrs)))[:MAX_HINT_ADDRS]
+        if self._peers.on_exchanged(node_id, _ip_addrs(addrs), self._now()):
+            log.info("found %s at a relay: %s", short_id(node_id), ", ".join(addrs))
+            self._wake()
+
+    def sign_own(self, listen: Sequence[str], bound_host: str,
+                 circuits: Sequence[str] = ()) -> None:
+        """Our record: the dialable listen addresses and the circuit addresses of the relay
+        reservations we hold (``peerd.net.relayclient``), so the exchange spreads both."""
+        self.book.sign_own(dialable_addrs(listen, bound_host, circuits), self._now())
 
     def prune(self) -> None:
         """A new manifest: records of nodes it no longer admits go."""

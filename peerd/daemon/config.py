@@ -44,6 +44,7 @@ from peerd.daemon.config_checks import (
     check_multiaddr,
     check_optional,
     check_path,
+    check_relay,
     check_socket_path,
     check_str,
     check_str_list,
@@ -129,6 +130,11 @@ class NetworkConfig:
     #: whenever no peer is in reach; the rest of the fleet is learned from them (signed
     #: address records handed on in sessions, kept in the state directory's address book).
     bootstrap: tuple[str, ...] = ()
+    #: Circuit Relay v2 relays (``/ip4|ip6/HOST/tcp/PORT/p2p/ID``, members or not) this node
+    #: reserves a slot on, so that members behind other NATs can dial it through them; its
+    #: circuit addresses go in its address record and the relays' rendezvous point, where it
+    #: also finds the other members' (peerd.net.relayclient).
+    relays: tuple[str, ...] = ()
     #: ``HOST:PORT`` of the Prometheus endpoint; None = no endpoint.
     metrics_listen: str | None = None
     #: Bytes/s each peer may send us (and we it), sustained; bursts up to one full session.
@@ -255,6 +261,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "mdns_interfaces": check_str_list(lim.MAX_MDNS_INTERFACES),
         "static_peers": check_str_list(lim.MAX_STATIC_PEERS, check_multiaddr),
         "bootstrap": check_str_list(lim.MAX_BOOTSTRAP_PEERS, check_bootstrap),
+        "relays": check_str_list(lim.MAX_RELAYS, check_relay),
         "metrics_listen": check_optional(check_host_port),
         "peer_bytes_per_s": check_optional(check_int(1)),
         "max_concurrent_receives": check_int(1, lim.MAX_CONCURRENT_RECEIVES),

@@ -18,6 +18,7 @@ from typing import Any
 from peerd.core.alpha import AlphaError, AlphaPolicy
 from peerd.core.blendrules import parse_rule
 from peerd.core.modes import ModeName
+from peerd.core.reasons import Reason
 from peerd.protocol.entry import group_problem
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import as_node_id
@@ -147,6 +148,24 @@ def check_bootstrap(v: Any) -> str:
     try:
         check_dialable(head, "address")
         as_node_id(peer_id, "peer id")
+    except ProtocolError as exc:
+        raise BadValueError(f"{exc.message}: must be like {example}, got {shown(v)}") from None
+    return v
+
+
+def check_relay(v: Any) -> str:
+    """``[network] relays``: ``/ip4|ip6/HOST/tcp/PORT/p2p/ID`` of a Circuit Relay v2 relay
+    (the id is what the Noise handshake with it must prove). An IP literal only: the
+    reservation is held over one connection, dialled as written."""
+    example = "/ip4/203.0.113.7/tcp/4011/p2p/12D3KooW..."
+    if not isinstance(v, str):
+        raise BadValueError(f"must be a relay multiaddr like {example}, got {shown(v)}")
+    head, _, peer_id = v.rpartition("/p2p/")
+    try:
+        if not head.startswith(("/ip4/", "/ip6/")):
+            raise ProtocolError(Reason.MALFORMED, "relay address is not /ip4 or /ip6")
+        check_dialable(head, "relay address")
+        as_node_id(peer_id, "relay peer id")
     except ProtocolError as exc:
         raise BadValueError(f"{exc.message}: must be like {example}, got {shown(v)}") from None
     return v

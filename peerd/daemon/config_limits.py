@@ -16,6 +16,10 @@ MAX_STATIC_PEERS = 256
 #: Bound on bootstrap entries: each is resolved (DNS) and dialled while no peer is in reach;
 #: a handful per site is what joining needs.
 MAX_BOOTSTRAP_PEERS = 64
+#: Bound on ``[network] relays``: each holds a reservation (a connection kept open, refreshed)
+#: and a rendezvous registration, and its circuit address competes for the record's few
+#: places (peerd.node.addrbook.CIRCUIT_PLACES); two or three relays are redundancy enough.
+MAX_RELAYS = 8
 #: Bound on mDNS interface names: a host has a handful; a long list is a mistake.
 MAX_MDNS_INTERFACES = 64
 #: Bound on CSV feature column names (wide tables exist; a million names is a mistake).

@@ -68,6 +68,7 @@ from peerd.learn.tasks import Task, load_task
 from peerd.net.discovery import Discovery, DiscoveryError, open_discovery
 from peerd.net.gossip import ReceiveSlots
 from peerd.net.relay import RelayService
+from peerd.net.relayclient import RelayClient
 from peerd.net.transport import Transport, open_transport
 from peerd.node.addrbook import AddressBook
 from peerd.node.inflight import InFlight
@@ -113,6 +114,7 @@ class Daemon(Gossiping):
         self.peers = PeerTable(self.node.id, rng=random.Random())  # backoff jitter
         self._discovery: Discovery | None = None  # set while mDNS runs
         self.transport: Transport | None = None  # set while the libp2p host is up
+        self.relays: RelayClient | None = None  # set while [network] relays are kept
         #: ``[network] relay_service``: the hop + rendezvous point on our host, while it runs.
         self.relay: RelayService | None = None
         self._config_status = cfg.status_config()
@@ -306,7 +308,16 @@ class Daemon(Gossiping):
                 log.info("listening on %s as %s (control socket %s)",
                          ", ".join(self.listen_addrs), self.node.id, cfg.node.control_socket)
                 self.peers.add_static(cfg.network.static_peers, self.now())
-                await self._serve(transport)
+                if cfg.network.relays:
+                    self.relays = RelayClient(
+                        transport, cfg.network.relays, cfg.fleet.fleet_id,
+                        is_member=self._may_be_member, on_found=self.addresses.found,
+                        on_change=lambda: self._wake_gossip.set(),
+                        on_reserved=self.peers.retry_via_relay, clock=self.now)
+                try:
+                    await self._serve(transport)
+                finally:
+                    self.relays = None
 
     async def _serve(self, transport: Transport) -> None:
         async with trio.open_nursery() as inner:
@@ -322,6 +333,10 @@ class Daemon(Gossiping):
                 # only members reserve and register. Answering before READY=1.
                 self.relay = RelayService(transport.host)
                 await inner.start(self.relay.run)
+            if self.relays is not None:  # reservations, rendezvous, the STOP side
+                # A relay service of our own serves /stop already: the client uses its hop.
+                inner.start_soon(self.relays.run,
+                                 None if self.relay is None else self.relay.hop)
             # READY=1: the control socket answers, the host listens, the manifest is loaded
             # (docs/operations.md). The data loads after it, while mDNS probes and peers
             # connect; a failure there still stops the node as a start-up failure.

@@ -23,6 +23,7 @@ from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
 from peerd.daemon.participation import Participation
 from peerd.net.discovery import Discovery, PeerHint
 from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
+from peerd.net.relayclient import RelayClient
 from peerd.net.transport import (
     PeerBudgetError,
     Stream,
@@ -35,6 +36,7 @@ from peerd.node.peers import Peer, PeerTable
 from peerd.node.state import NodeState
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
+from peerd.protocol.peerrecord import is_circuit
 from peerd.store import persist
 from peerd.store.partials import Partials
 from peerd.store.statedir import StateDir
@@ -57,6 +59,8 @@ class Gossiping:
     node: NodeState
     peers: PeerTable
     transport: Transport | None
+    #: ``[network] relays``' client while it runs (None: no relays configured).
+    relays: RelayClient | None
     listen_addrs: list[str]
     addresses: Addresses
     participation: Participation
@@ -226,7 +230,13 @@ class Gossiping:
         rebinding). Our own limits (streams, byte budgets) break no connection: raised."""
         opened = False
         try:
-            async with transport.open_stream(peer.id, peer.addrs) as stream:
+            if self.relays is not None and not transport.is_connected(peer.id):
+                # Direct addresses first, then the circuits (peerd.net.relayclient).
+                await self.relays.connect(peer.id, peer.addrs)
+            # A circuit cannot go through the host's TCP dial: without a relay client, a
+            # member learned only at its relays is out of reach.
+            direct = [a for a in peer.addrs if not is_circuit(a)]
+            async with transport.open_stream(peer.id, direct) as stream:
                 opened = True
                 await self._session(stream, peer.id, initiator=True)
         except (StreamLimitError, PeerBudgetError):
@@ -244,7 +254,8 @@ class Gossiping:
             # Our address record follows the host's addresses (held while they stay).
             t = self.transport  # read live: concrete addresses that follow the host's
             self.addresses.sign_own(self.listen_addrs if t is None else t.listen_addrs,
-                                    self.cfg.network.listen_host)
+                                    self.cfg.network.listen_host,
+                                    () if self.relays is None else self.relays.circuit_addrs())
             # Reserved until _dial_and_release ends. At most `fanout` of our sessions run
             # at once, not merely start per sweep: every discovery and publish wakes this
             # loop, and 32 daemons sharing 2 cores once had 31 slow sessions each at once.

@@ -28,7 +28,14 @@ from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import node_id_of
 from peerd.protocol.limits import MAX_ADDR_RECORDS, MAX_MEMBERS, MAX_RECORD_ADDRS
-from peerd.protocol.peerrecord import PeerRecord, check_multiaddr, sign_record, verify_record
+from peerd.protocol.peerrecord import (
+    PeerRecord,
+    check_circuit,
+    check_multiaddr,
+    is_circuit,
+    sign_record,
+    verify_record,
+)
 
 #: Records held, besides our own. Threat: a book fed from the network; members only are
 #: kept, and a manifest lists at most MAX_MEMBERS, so a fleet never reaches it. When full,
@@ -37,12 +44,19 @@ MAX_BOOK_ENTRIES = MAX_MEMBERS
 #: How long our own record is valid: long enough to outlive a night without sessions,
 #: short enough that a host that moved is forgotten within hours (MAX_RECORD_TTL_S: 24 h).
 OWN_RECORD_TTL_S = 6 * 3600.0
+#: Places of our record kept for circuit addresses (``[network] relays``) when we hold
+#: reservations: a NAT'd member's direct addresses reach only its own site, its circuits
+#: every other one, so neither kind may crowd the other out of MAX_RECORD_ADDRS.
+CIRCUIT_PLACES = 2
 
 
-def dialable_addrs(listen: Sequence[str], bound_host: str) -> tuple[str, ...]:
+def dialable_addrs(listen: Sequence[str], bound_host: str,
+                   circuits: Sequence[str] = ()) -> tuple[str, ...]:
     """What peers can dial of our (concrete) listen addresses: no wildcard, multicast or
     link-local host; a loopback one only when we are bound to loopback itself (a daemon on
-    0.0.0.0 also answers on 127.0.0.1, but that address means another host to a peer)."""
+    0.0.0.0 also answers on 127.0.0.1, but that address means another host to a peer).
+    Then our ``circuits`` (relay reservations held now), in at least CIRCUIT_PLACES of the
+    record's places; direct addresses first (peers prefer a direct path that works)."""
     try:
         bound_loopback = ipaddress.ip_address(bound_host).is_loopback
     except ValueError:
@@ -62,7 +76,15 @@ def dialable_addrs(listen: Sequence[str], bound_host: str) -> tuple[str, ...]:
         if ip.is_link_local or (ip.is_loopback and not bound_loopback):
             continue
         out.append(addr)
-    return tuple(dict.fromkeys(out))[:MAX_RECORD_ADDRS]
+    relayed: list[str] = []
+    for addr in circuits:
+        try:
+            relayed.append(check_circuit(addr))
+        except ProtocolError:
+            continue
+    relayed = list(dict.fromkeys(relayed))
+    direct = list(dict.fromkeys(out))[:MAX_RECORD_ADDRS - min(len(relayed), CIRCUIT_PLACES)]
+    return tuple(direct + relayed)[:MAX_RECORD_ADDRS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +180,22 @@ class AddressBook:
         return learned
 
     def outgoing(self, now: float, is_member: Callable[[str], bool],
-                 exclude: str | None = None) -> tuple[SignedEnvelope, ...]:
+                 exclude: str | None = None, *,
+                 circuits: bool = True) -> tuple[SignedEnvelope, ...]:
         """What we hand a peer: our record first, then the members' records that expire
-        last (the freshest), at most MAX_ADDR_RECORDS; never the peer's own (it knows)."""
+        last (the freshest), at most MAX_ADDR_RECORDS; never the peer's own (it knows).
+        Without ``circuits`` (a peer of a release before circuit addresses), no record
+        holding one: that peer would end the session on it."""
         self.expire(now)
-        out = [] if self.own is None or self.own.expires <= now else [self.own.envelope]
+
+        def sendable(r: PeerRecord) -> bool:
+            return circuits or not any(is_circuit(a) for a in r.addrs)
+
+        own = self.own
+        out = [own.envelope] if own is not None and own.expires > now and sendable(own) \
+            else []
         others = sorted((r for r in self._records.values()
-                         if r.node_id != exclude and is_member(r.node_id)),
+                         if r.node_id != exclude and is_member(r.node_id) and sendable(r)),
                         key=lambda r: (-r.expires, r.node_id))
         out += [r.envelope for r in others[:MAX_ADDR_RECORDS - len(out)]]
         return tuple(out)

@@ -220,6 +220,18 @@ class PeerTable:
             if peer.source == "bootstrap":
                 peer.retry_at = None
 
+    def retry_via_relay(self, relay_id: str) -> int:
+        """A reservation at ``relay_id`` is held again (the relay came back): the peers
+        with a circuit through it are dialled at the next sweep, backoff or not; their
+        dials failed while it was gone, which said nothing of them. How many."""
+        via = f"/p2p/{relay_id}/p2p-circuit"
+        woken = 0
+        for peer in self._peers.values():
+            if peer.retry_at is not None and any(a.endswith(via) for a in peer.addrs):
+                peer.retry_at = None
+                woken += 1
+        return woken
+
     def add_inbound(self, peer_id: str, now: float) -> Peer | None:
         """A peer that dialled us and proved its membership in a session (never before: a
         stranger must not take a place in the table). The known entry if there is one;

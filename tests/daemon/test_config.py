@@ -107,6 +107,12 @@ def test_bootstrap_takes_ip_and_dns_multiaddrs_with_a_peer_id() -> None:
     assert cfg.network.bootstrap == tuple(entries)
 
 
+def test_relays_take_ip_multiaddrs_with_a_peer_id() -> None:
+    entries = [f"/ip4/203.0.113.7/tcp/4011/p2p/{PEER}", f"/ip6/2001:db8::7/tcp/4011/p2p/{PEER}"]
+    assert loads_config(doc(network={"relays": entries})).network.relays == tuple(entries)
+    assert loads_config(doc()).network.relays == ()
+
+
 @pytest.mark.parametrize(("sections", "message"), [
     ({"learning": {"capacity": -1}}, "[learning] capacity: must be an integer in [0, 511], got"),
     ({"learning": {"capacity": 2.5}}, "[learning] capacity: must be an integer in [0, 511]"),
@@ -133,6 +139,15 @@ def test_bootstrap_takes_ip_and_dns_multiaddrs_with_a_peer_id() -> None:
     ({"network": {"bootstrap": [f"/ip4/10.0.0.2/tcp/99999/p2p/{PEER}"]}}, "has a bad port"),
     ({"network": {"bootstrap": ["/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc"]}},
      "[network] bootstrap: list item: node id"),
+    ({"network": {"relays": ["/ip4/10.0.0.2/tcp/4011"]}}, "[network] relays: list item"),
+    ({"network": {"relays": [f"/dns4/relay.example/tcp/4011/p2p/{PEER}"]}},
+     "[network] relays: list item: relay address is not /ip4 or /ip6"),
+    ({"network": {"relays": [f"/ip4/0.0.0.0/tcp/4011/p2p/{PEER}"]}},
+     "relay address is no ip4 unicast address"),
+    ({"network": {"relays": ["/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc"]}},
+     "[network] relays: list item: node id is not an Ed25519"),
+    ({"network": {"relays": [f"/ip4/10.0.0.{i}/tcp/1/p2p/{PEER}" for i in range(9)]}},
+     "[network] relays: must be a list of at most 8 strings"),
     ({"network": {"metrics_listen": "9464"}}, "[network] metrics_listen: must be IP:PORT"),
     ({"network": {"peer_bytes_per_s": 0}}, "[network] peer_bytes_per_s: must be an integer >= 1"),
     ({"network": {"fanout": 0}}, "[network] fanout: must be an integer in [1, 64], got 0"),

@@ -71,3 +71,13 @@ def test_a_peer_without_an_address_book_gets_the_v1_session_and_its_entries() ->
     ra, rb = session(a, b, a_ctx=CTX, b_ctx=ctx(book_b))
     assert (ra.sent, rb.received, rb.refused) == (1, 1, {})
     assert len(book_b) == 0
+
+
+def test_a_record_holding_a_circuit_address_travels_between_current_peers() -> None:
+    a, b = signed_node(A, 1, A, B), signed_node(B, 1, A, B)
+    relay = node_id_of(C)
+    book_a, book_b = AddressBook(A, FLEET), book(B, 2)
+    book_a.sign_own(("/ip4/10.0.0.1/tcp/4011",
+                     f"/ip4/203.0.113.7/tcp/4011/p2p/{relay}/p2p-circuit"), NOW)
+    session(a, b, a_ctx=ctx(book_a), b_ctx=ctx(book_b))
+    assert book_b.get(a.id) == book_a.own

@@ -143,6 +143,23 @@ def test_only_dialable_addresses_go_into_our_record(listen: list[str], bound: st
     assert list(dialable_addrs(listen, bound)) == want
 
 
+def test_circuits_follow_the_direct_addresses_and_keep_their_places() -> None:
+    relay = node_id_of(key("r"))
+    circuits = [f"/ip4/203.0.113.{i}/tcp/4011/p2p/{relay}/p2p-circuit" for i in (7, 8, 9)]
+    listen = [f"/ip4/10.0.0.{i}/tcp/4011" for i in range(2, 8)]
+    assert dialable_addrs(listen[:1], "0.0.0.0", circuits[:1]) == (listen[0], circuits[0])
+    # Many of both: direct ones first, but CIRCUIT_PLACES (2) of the 4 are the circuits'.
+    assert dialable_addrs(listen, "0.0.0.0", circuits) == (*listen[:2], *circuits[:2])
+    # No direct address (all loopback while bound to 0.0.0.0): the circuits fill the record.
+    assert dialable_addrs(["/ip4/127.0.0.1/tcp/1"], "0.0.0.0", circuits) == tuple(circuits)
+    assert dialable_addrs(listen[:1], "0.0.0.0", ["/ip4/1.2.3.4/tcp/1/p2p-circuit"]) == \
+        (listen[0],)  # a malformed circuit is dropped
+    book = AddressBook(ALICE, FLEET)
+    own = book.sign_own(dialable_addrs(listen[:1], "0.0.0.0", circuits[:1]), NOW)
+    assert own is not None
+    assert own.addrs == (listen[0], circuits[0])
+
+
 # ---------------------------------------------------------------- the peer table's sources
 def test_an_exchanged_peer_is_entered_and_an_inbound_one_gets_its_addresses() -> None:
     table = PeerTable(A)
@@ -172,3 +189,33 @@ def test_bootstrap_peers_are_kept_like_static_ones_and_retried_when_cut_off() ->
     assert not table.reached(later, 60)
     table.retry_bootstrap()
     assert [p.id for p in table.due(later)] == [B]  # the exchanged one was forgotten
+
+
+def test_records_holding_a_circuit_go_only_to_peers_that_take_them() -> None:
+    relay = node_id_of(key("r"))
+    circuit = f"/ip4/203.0.113.7/tcp/4011/p2p/{relay}/p2p-circuit"
+    book = AddressBook(ALICE, FLEET)
+    book.sign_own((ADDR, circuit), NOW)
+    plain = sign_record(BOB, FLEET, seq=1, addrs=(ADDR,), expires=NOW + 60)
+    relayed = sign_record(MALLORY, FLEET, seq=1, addrs=(circuit,), expires=NOW + 60)
+    assert book.offer(plain) is not None
+    assert book.offer(relayed) is not None
+    assert book.own is not None
+    everyone = lambda _: True  # noqa: E731
+    assert set(book.outgoing(NOW, everyone)) == {book.own.envelope, plain.envelope,
+                                                 relayed.envelope}
+    # A release before circuit addresses would end the session on ours and Mallory's.
+    assert book.outgoing(NOW, everyone, circuits=False) == (plain.envelope,)
+
+
+def test_peers_behind_a_relay_that_is_back_are_dialled_at_once() -> None:
+    relay, other = node_id_of(key("r")), node_id_of(key("o"))
+    table = PeerTable(A)
+    table.on_exchanged(B, (ADDR, f"/ip4/203.0.113.7/tcp/1/p2p/{relay}/p2p-circuit"), NOW)
+    table.on_exchanged(M, (f"/ip4/203.0.113.8/tcp/1/p2p/{other}/p2p-circuit",), NOW)
+    for peer in table.due(NOW):
+        table.failed(peer, "relay gone", NOW)
+        PeerTable.release(peer)
+    assert table.due(NOW + 0.1) == []
+    assert table.retry_via_relay(relay) == 1
+    assert [p.id for p in table.due(NOW + 0.1)] == [B]  # not M: its relay is another

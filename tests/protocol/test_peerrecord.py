@@ -24,7 +24,14 @@ from peerd.protocol.limits import (
     MAX_RECORD_MULTIADDR_LEN,
     MAX_RECORD_TTL_S,
 )
-from peerd.protocol.peerrecord import ADDRS_DOMAIN, check_multiaddr, sign_record, verify_record
+from peerd.protocol.peerrecord import (
+    ADDRS_DOMAIN,
+    check_circuit,
+    check_multiaddr,
+    check_record_addr,
+    sign_record,
+    verify_record,
+)
 from peerd.protocol.session import Phase, Session
 from peerd.protocol.wire import pack
 from tests.protocol.helpers import ALICE, BOB, FLEET, MALLORY, NOW, OTHER_FLEET
@@ -160,6 +167,39 @@ def test_any_body_either_verifies_or_raises_protocol_error(body: bytes) -> None:
 def test_any_text_either_is_a_dialable_multiaddr_or_is_refused(text: str) -> None:
     with contextlib.suppress(ProtocolError):
         assert check_multiaddr(text) == text
+
+
+RELAY = node_id_of(BOB)
+CIRCUIT = f"/ip4/203.0.113.7/tcp/4011/p2p/{RELAY}/p2p-circuit"
+
+
+def test_a_record_may_name_a_circuit_address_at_a_relay() -> None:
+    r = record(addrs=(ADDR, CIRCUIT))
+    got = verify_record(SignedEnvelope.from_wire(r.envelope.to_wire()), FLEET, NOW)
+    assert got.addrs == (ADDR, CIRCUIT)
+
+
+@pytest.mark.parametrize("bad", [
+    "/ip4/203.0.113.7/tcp/4011/p2p-circuit",  # no relay id
+    "/ip4/203.0.113.7/tcp/4011/p2p/12D3KooWabc/p2p-circuit",  # not a peer id
+    f"/ip4/0.0.0.0/tcp/4011/p2p/{RELAY}/p2p-circuit",  # no destination
+    f"/ip4/203.0.113.7/udp/4011/p2p/{RELAY}/p2p-circuit",  # not TCP
+    f"/ip4/203.0.113.7/tcp/4011/p2p/{RELAY}/p2p-circuit/p2p/{RELAY}",  # the member's own id
+    f"/dns4/{'a' * 80}.example/tcp/4011/p2p/{RELAY}/p2p-circuit",  # too long
+])
+def test_a_malformed_circuit_address_is_refused_in_a_record(bad: str) -> None:
+    with pytest.raises(ProtocolError):
+        check_record_addr(bad)
+    body = _body(addrs=[bad])
+    with pytest.raises(ProtocolError) as err:
+        verify_record(SignedEnvelope.sign(ALICE, ADDRS_DOMAIN, FLEET, pack(body)), FLEET, NOW)
+    assert err.value.reason == Reason.MALFORMED
+
+
+def test_a_circuit_is_no_direct_address() -> None:
+    assert check_circuit(CIRCUIT) == CIRCUIT
+    with pytest.raises(ProtocolError):
+        check_multiaddr(CIRCUIT)  # what bootstrap and the TCP dial take stays direct only
 
 
 # ---------------------------------------------------------------- the session's Addrs turn

@@ -1,0 +1,435 @@
+"""A member's side of Circuit Relay v2 (issue 27, item 2): ``[network] relays``.
+
+For each configured relay (a ``peerd relay``, a member with ``relay_service``, or any libp2p
+Circuit Relay v2 relay) this node keeps a **reservation**: it dials the relay, sends the hop
+protocol's RESERVE, and sends it again when half of what the relay granted has gone, or at
+once when the connection to the relay is lost; a relay that cannot be reached or refuses is
+retried with a jittered, doubling backoff. While a reservation is held, the node can be
+dialled at its **circuit address** ``<relay's TCP address>/p2p/<relay id>/p2p-circuit``:
+:meth:`RelayClient.circuit_addrs` gives them to the address record
+(``peerd.node.addrbook``), so the sessions' address exchange spreads them, and they are
+registered at the relay's **rendezvous point** under the fleet's namespace
+(:func:`rendezvous_namespace`), where the node also asks, every ``discover_interval_s``,
+which other members registered: what it learns there is a hint like an mDNS record (bounded,
+members only, and the Noise handshake proves the id when it is dialled).
+
+**Dialling** (:meth:`RelayClient.connect`): direct addresses first, with a short deadline
+when a circuit is there to fall back on; then the circuits, through py-libp2p's
+``CircuitV2Transport.dial`` (``host.connect`` dials TCP only). Noise and Yamux run end to end
+over the relayed stream: the relay carries ciphertext.
+
+**Accepting**: the host runs the protocol's STOP side (``CircuitV2Protocol`` without hop), so
+relays can hand it circuits. A relayed connection is an inbound connection of the swarm like
+any other, so the transport's admission (``peerd.net.admission``) screens it the same way: a
+non-member's circuit is closed right after its handshake.
+
+The rendezvous messages are built here (py-libp2p's message protobuf, its framing) rather than
+with its ``RendezvousClient``, which registers the host's listen addresses (stripped of
+everything after ``/p2p/``: a circuit would lose its relay) and reads answers of up to 4 MiB.
+
+It must not decide who is a member (``is_member`` is the caller's) nor touch the peer table
+(``on_found`` and ``on_reserved``, a reservation held anew, are the caller's); it reports its
+state through :meth:`RelayClient.states` and :meth:`RelayClient.relayed_via`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
+
+import multiaddr
+import trio
+from libp2p.connection_types import ConnectionType
+from libp2p.discovery.rendezvous.config import RENDEZVOUS_PROTOCOL
+from libp2p.discovery.rendezvous.pb.rendezvous_pb2 import Message
+from libp2p.peer.id import ID
+from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
+from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
+from libp2p.relay.circuit_v2.pb.circuit_pb2 import PeerId as CircuitPeerId
+from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_PROTOCOL_ID
+from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
+from libp2p.relay.circuit_v2.resources import RelayLimits
+from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
+from libp2p.tools.anyio_service.context import background_trio_service
+from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
+
+from peerd.net.relay import fleet_namespace
+from peerd.net.transport import Transport, TransportError
+from peerd.protocol.errors import ProtocolError
+from peerd.protocol.identity import as_node_id
+from peerd.protocol.limits import MAX_RECORD_ADDRS
+from peerd.protocol.peerrecord import check_record_addr, is_circuit
+
+logger = logging.getLogger(__name__)
+
+#: Deadline of one reservation (dial the relay if need be, RESERVE, its answer).
+RESERVE_TIMEOUT_S = 10.0
+#: Deadline of one rendezvous request (REGISTER or DISCOVER and its answer).
+RENDEZVOUS_TIMEOUT_S = 10.0
+#: Deadline of one dial through a relay (the relay's CONNECT, then Noise and Yamux).
+CIRCUIT_DIAL_TIMEOUT_S = 15.0
+#: Deadline of the direct addresses when a circuit is there to fall back on: a NAT drops the
+#: SYN of an address that is private to another site, and waiting out TCP's own timeout
+#: (minutes) would hold the one path that works.
+DIRECT_FIRST_TIMEOUT_S = 5.0
+#: Backoff between attempts at a relay that is gone or refuses (jittered, doubling).
+RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
+#: How often the connection to a relay is looked at between refreshes: a relay that
+#: restarted lost our reservation with the connection, so we reserve again at once.
+WATCH_S = 1.0
+#: Seconds between DISCOVER requests at each relay's rendezvous point.
+DISCOVER_INTERVAL_S = 30.0
+#: What we ask the rendezvous point to keep our registration for; we register again with
+#: each reservation, long before it lapses.
+REGISTRATION_TTL_S = 2 * 3600
+#: Registrations taken from one DISCOVER answer. Threat: a rendezvous point is not a member
+#: and is not trusted: an answer listing thousands of ids would make as many peer-table
+#: entries and dials. A fleet larger than this meets the rest through address exchange.
+MAX_RENDEZVOUS_PEERS = 64
+#: Largest rendezvous answer read. Threat: bytes buffered from an untrusted relay before any
+#: are looked at; MAX_RENDEZVOUS_PEERS registrations of MAX_RECORD_ADDRS short addresses fit.
+MAX_RENDEZVOUS_MESSAGE_LEN = 64 << 10
+#: Circuit addresses of one peer tried per dial: a peer registers at most a few relays.
+MAX_CIRCUIT_DIALS = 4
+#: The limits our STOP side states (it relays nothing: the hop enforces its own limits).
+_STOP_LIMITS = RelayLimits(duration=3600, data=1 << 30, max_circuit_conns=16,
+                           max_reservations=0)
+
+
+#: What :meth:`RelayClient.relayed_via` says of a relayed connection whose relay it cannot tell.
+UNKNOWN_RELAY = "?"
+
+
+def rendezvous_namespace(fleet_id: bytes) -> str:
+    """The namespace a fleet's members register under at a rendezvous point: one relay can
+    serve several fleets, each finding only its own (the relay side's, ``peerd/<hex>``)."""
+    return fleet_namespace(fleet_id)
+
+
+def split_relay(addr: str) -> tuple[str, str]:
+    """``/ip4/HOST/tcp/PORT/p2p/ID`` → (``/ip4/HOST/tcp/PORT``, ``ID``)."""
+    head, _, relay_id = addr.rpartition("/p2p/")
+    return head, relay_id
+
+
+class RelayError(Exception):
+    """A relay that cannot be reached, refused, or answered something we cannot use."""
+
+
+@dataclass(slots=True)
+class RelayState:
+    """One configured relay as the client sees it (for ``peerd status``/``peerd peers``)."""
+
+    addr: str  #: as configured, ``…/p2p/<relay id>``
+    relay_id: str
+    #: Unix time the held reservation ends; None while none is held.
+    reserved_until: float | None = None
+    reservations: int = 0  #: RESERVE answered OK (first ones and refreshes)
+    failures: int = 0  #: attempts that failed (unreachable, refused, lost)
+    last_error: str | None = None
+    registered: bool = False  #: our circuits registered at its rendezvous point
+    found: int = 0  #: members taken from its last DISCOVER answer
+
+    @property
+    def circuit(self) -> str:
+        """Our circuit address at this relay (peers append ``/p2p/<our id>``)."""
+        head, relay_id = split_relay(self.addr)
+        return f"{head}/p2p/{relay_id}/p2p-circuit"
+
+
+#: ``on_found(node_id, addrs)``: a member registered at a rendezvous point, its addresses.
+OnFound = Callable[[str, tuple[str, ...]], None]
+
+
+class RelayClient:
+    """Reservations on ``relays``, their circuit addresses, rendezvous, relayed dials."""
+
+    def __init__(self, transport: Transport, relays: Sequence[str], fleet_id: bytes, *,
+                 is_member: Callable[[str], bool], on_found: OnFound,
+                 on_change: Callable[[], None] | None = None,
+                 on_reserved: Callable[[str], object] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 discover_interval_s: float = DISCOVER_INTERVAL_S,
+                 retry_max_s: float = RETRY_MAX_S,
+                 rng: random.Random | None = None) -> None:
+        self._transport = transport
+        self._states = [RelayState(a, split_relay(a)[1]) for a in dict.fromkeys(relays)]
+        self.namespace = rendezvous_namespace(fleet_id)
+        self._is_member = is_member
+        self._on_found = on_found
+        self._on_change = on_change
+        self._on_reserved = on_reserved
+        self._clock = clock
+        self._discover_interval_s = discover_interval_s
+        self._retry_max_s = retry_max_s
+        self._rng = rng if rng is not None else random.Random()
+        self._dialer: CircuitV2Transport | None = None
+        self.started = trio.Event()
+
+    # ------------------------------------------------------------------ what others read
+    def states(self) -> list[RelayState]:
+        """A copy of each relay's state, in the configured order."""
+        return [replace(s) for s in self._states]
+
+    def circuit_addrs(self) -> tuple[str, ...]:
+        """Our circuit addresses at the relays where a reservation is held now."""
+        now = self._clock()
+        return tuple(s.circuit for s in self._states
+                     if s.reserved_until is not None and s.reserved_until > now)
+
+    def relayed_via(self, peer_id: str) -> str | None:
+        """The id of the relay our connection with ``peer_id`` runs through
+        (:data:`UNKNOWN_RELAY` for a circuit the peer opened: py-libp2p's STOP side names
+        the host itself as its relay); None when a direct one is open, or none is (for
+        ``peerd peers``' path)."""
+        try:
+            conns = self._transport.host.get_network().connections.get(
+                ID.from_base58(peer_id), [])
+        except ValueError:
+            return None
+        own = self._transport.peer_id
+        via: str | None = None
+        for conn in conns:
+            try:
+                relayed = conn.get_connection_type() == ConnectionType.RELAYED
+                addrs = [str(a) for a in conn.get_transport_addresses()]
+            except Exception:  # noqa: BLE001, S112 - a torn connection says nothing
+                continue
+            if not relayed:
+                return None  # a direct connection is there: that is the path used
+            circuit = next((a for a in addrs if "/p2p-circuit" in a), "")
+            relay = circuit.split("/p2p-circuit")[0].rpartition("/p2p/")[2]
+            via = relay if relay and relay != own else via or UNKNOWN_RELAY
+        return via
+
+    # ------------------------------------------------------------------ running
+    async def run(self, protocol: CircuitV2Protocol | None = None) -> None:
+        """The STOP side and one task per relay, for as long as the caller's scope runs.
+        ``protocol``: a running instance on this host that serves ``/stop`` already (the
+        hop of ``[network] relay_service``, peerd.net.relay): used instead of a second one,
+        which would take over its handler and remove it on exit."""
+        host = self._transport.host
+        async with AsyncExitStack() as stack:
+            stop = protocol
+            if stop is None:
+                stop = CircuitV2Protocol(host, limits=_STOP_LIMITS, allow_hop=False)
+                await stack.enter_async_context(background_trio_service(stop))
+                await stop.event_started.wait()
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            # STOP only: a dial must not make a reservation (ours are kept by _keep).
+            self._dialer = CircuitV2Transport(host, stop, RelayConfig(roles=RelayRole.STOP,
+                                                                      limits=_STOP_LIMITS))
+            self.started.set()
+            for state in self._states:
+                nursery.start_soon(self._keep, state)
+
+    async def _keep(self, st: RelayState) -> None:
+        backoff = RETRY_MIN_S
+        while True:
+            try:
+                await self._reserve(st)
+                backoff = RETRY_MIN_S
+                await self._register(st)
+                await self._hold(st)  # returns when the reservation is due for a refresh
+            except RelayError as exc:
+                had = st.reserved_until is not None
+                st.reserved_until, st.registered = None, False
+                st.failures += 1
+                st.last_error = str(exc)
+                logger.log(logging.WARNING if had or st.failures == 1 else logging.DEBUG,
+                           "relay %s: %s (retrying in about %.0f s)", st.addr, exc, backoff)
+                if had:
+                    self._changed()
+                await trio.sleep(backoff * self._rng.uniform(0.5, 1.0))
+                backoff = min(backoff * 2, self._retry_max_s)
+
+    async def _reserve(self, st: RelayState) -> None:
+        head, relay_id = split_relay(st.addr)
+        t, pid = self._transport, ID.from_base58(relay_id)
+        try:
+            with trio.fail_after(RESERVE_TIMEOUT_S):
+                if not t.is_connected(relay_id):
+                    await t.connect(relay_id, [head], timeout_s=RESERVE_TIMEOUT_S)
+                stream = await t.host.new_stream(pid, [HOP_PROTOCOL_ID])
+                try:
+                    await write_delimited_msg(stream, HopMessage(
+                        type=HopMessage.RESERVE,
+                        peer=CircuitPeerId(id=t.host.get_id().to_bytes())))
+                    resp = await read_delimited_msg(stream, HopMessage)
+                finally:
+                    await stream.close()
+        except trio.TooSlowError:
+            raise RelayError("reservation timed out") from None
+        except TransportError as exc:
+            raise RelayError(f"unreachable: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - py-libp2p's streams raise many types
+            raise RelayError(f"reservation failed: {exc!r}") from None
+        status = StatusCode(resp.status) if resp.HasField("status") else StatusCode.OK
+        if status != StatusCode.OK:
+            raise RelayError(f"reservation refused ({status.name})")
+        expires = float(resp.reservation.expire) if resp.HasField("reservation") else 0.0
+        if expires <= self._clock():
+            raise RelayError("reservation granted without a future expiry")
+        fresh = st.reserved_until is None
+        st.reserved_until = expires
+        st.reservations += 1
+        st.last_error = None
+        if fresh:
+            logger.info("relay %s: reservation held (dialable at %s)", st.addr, st.circuit)
+            if self._on_reserved is not None:
+                self._on_reserved(st.relay_id)
+            self._changed()
+
+    async def _hold(self, st: RelayState) -> None:
+        """Until the refresh is due (half of the reservation's time left when granted):
+        DISCOVER every ``discover_interval_s``; a lost connection ends the hold with an
+        error, so the reservation is made again at once (the relay may have restarted)."""
+        assert st.reserved_until is not None
+        now = self._clock()
+        refresh_at = now + (st.reserved_until - now) / 2
+        next_discover = now
+        while True:
+            if not self._transport.is_connected(st.relay_id):
+                raise RelayError("connection to the relay lost")
+            now = self._clock()
+            if now >= refresh_at:
+                return
+            if now >= next_discover:
+                await self._discover(st)
+                next_discover = self._clock() + self._discover_interval_s
+            await trio.sleep(max(0.0, min(WATCH_S, refresh_at - now,
+                                          next_discover - self._clock())))
+
+    # ------------------------------------------------------------------ rendezvous
+    async def _rendezvous(self, st: RelayState, request: Message) -> Message:
+        pid = ID.from_base58(st.relay_id)
+        host = self._transport.host
+        try:
+            with trio.fail_after(RENDEZVOUS_TIMEOUT_S):
+                stream = await host.new_stream(pid, [RENDEZVOUS_PROTOCOL])
+                try:
+                    await stream.write(encode_varint_prefixed(request.SerializeToString()))
+                    raw = await read_varint_prefixed_bytes_limited(
+                        stream, MAX_RENDEZVOUS_MESSAGE_LEN)
+                finally:
+                    await stream.close()
+            answer = Message()
+            answer.ParseFromString(raw)
+        except trio.TooSlowError:
+            raise RelayError("rendezvous request timed out") from None
+        except Exception as exc:  # noqa: BLE001 - streams and protobuf raise many types
+            raise RelayError(f"rendezvous request failed: {exc!r}") from None
+        return answer
+
+    async def _register(self, st: RelayState) -> None:
+        """Our circuit addresses (at every relay holding one now) under the namespace. A
+        relay without a rendezvous point still relays: a failure here is only logged."""
+        request = Message(type=Message.REGISTER)
+        request.register.ns = self.namespace
+        request.register.ttl = REGISTRATION_TTL_S
+        request.register.peer.id = self._transport.host.get_id().to_bytes()
+        for addr in self.circuit_addrs()[:MAX_RECORD_ADDRS]:
+            request.register.peer.addrs.append(multiaddr.Multiaddr(addr).to_bytes())
+        try:
+            answer = await self._rendezvous(st, request)
+        except RelayError as exc:
+            st.registered = False
+            logger.debug("relay %s: %s", st.addr, exc)
+            return
+        ok = (answer.type == Message.REGISTER_RESPONSE
+              and answer.registerResponse.status == Message.ResponseStatus.OK)
+        if not ok and st.registered is not False:
+            logger.info("relay %s: rendezvous registration refused (%s)", st.addr,
+                        answer.registerResponse.statusText[:100])
+        st.registered = ok
+
+    async def _discover(self, st: RelayState) -> None:
+        request = Message(type=Message.DISCOVER)
+        request.discover.ns = self.namespace
+        request.discover.limit = MAX_RENDEZVOUS_PEERS
+        try:
+            answer = await self._rendezvous(st, request)
+        except RelayError as exc:
+            logger.debug("relay %s: %s", st.addr, exc)
+            return
+        if answer.type != Message.DISCOVER_RESPONSE or \
+                answer.discoverResponse.status != Message.ResponseStatus.OK:
+            return
+        own = self._transport.peer_id
+        found = 0
+        for reg in answer.discoverResponse.registrations[:MAX_RENDEZVOUS_PEERS]:
+            taken = _registration(reg, own, self._is_member)
+            if taken is not None:
+                found += 1
+                self._on_found(*taken)
+        st.found = found
+
+    # ------------------------------------------------------------------ dialling
+    async def connect(self, peer_id: str, addrs: Sequence[str]) -> None:
+        """Ensure a connection to ``peer_id``: an open one, else its direct addresses, else
+        its circuits. TransportError when none worked."""
+        t = self._transport
+        if t.is_connected(peer_id):
+            return
+        direct = [a for a in addrs if not is_circuit(a)]
+        circuits = [a for a in addrs if is_circuit(a)][:MAX_CIRCUIT_DIALS]
+        errors: list[str] = []
+        if direct:
+            try:
+                await t.connect(peer_id, direct,
+                                timeout_s=DIRECT_FIRST_TIMEOUT_S if circuits else None)
+                return
+            except TransportError as exc:
+                if not circuits:
+                    raise
+                errors.append(str(exc))
+        if self._dialer is None:
+            raise TransportError(f"no relay client running to dial {peer_id} through a relay")
+        pid = ID.from_base58(peer_id)
+        for circuit in circuits:
+            # The dial tries circuits of the peerstore first: only this one, then.
+            t.host.get_peerstore().clear_addrs(pid)
+            try:
+                with trio.fail_after(CIRCUIT_DIAL_TIMEOUT_S):
+                    await self._dialer.dial(multiaddr.Multiaddr(f"{circuit}/p2p/{peer_id}"))
+            except trio.TooSlowError:
+                errors.append(f"{circuit}: timed out")
+                continue
+            except Exception as exc:  # noqa: BLE001 - the relayed dial raises many types
+                errors.append(f"{circuit}: {exc}")
+                continue
+            if t.is_connected(peer_id):
+                logger.debug("connected to %s through %s", peer_id, circuit)
+                return
+            errors.append(f"{circuit}: no connection")
+        raise TransportError(f"dial to {peer_id} failed: {'; '.join(errors)}")
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
+
+def _registration(reg: Message.Register, own: str,
+                  is_member: Callable[[str], bool]) -> tuple[str, tuple[str, ...]] | None:
+    """(node id, addresses) of one registration, or None: malformed, ours, or a node we
+    would not admit. Addresses that a record could not hold are dropped, at most
+    MAX_RECORD_ADDRS taken."""
+    try:
+        node_id = as_node_id(ID(reg.peer.id).to_base58(), "rendezvous peer id")
+    except (ProtocolError, ValueError, TypeError):
+        return None
+    if node_id == own or not is_member(node_id):
+        return None
+    addrs: list[str] = []
+    for raw in reg.peer.addrs[:MAX_RECORD_ADDRS]:
+        try:
+            addrs.append(check_record_addr(str(multiaddr.Multiaddr(raw))))
+        except Exception:  # noqa: BLE001, S112 - multiaddr and our check: skip what fails
+            continue
+    return (node_id, tuple(dict.fromkeys(addrs))) if addrs else None

@@ -1,0 +1,161 @@
+"""Two NAT'd sites that know nothing but a relay (issue 27, item 2, the member side): one
+daemon behind site a's router (endpoint-independent NAT), one behind site b's (``--random-
+fully``), each configured with ``[network] relays = [<a relay on the public segment>]`` and
+nothing else (no mDNS, no static or bootstrap peers). The relay is a ``peerd relay``: no
+member, no fleet. Neither router lets a
+connection in, so every byte between the sites goes through the relay: each daemon reserves,
+registers its circuit address under the fleet's namespace, finds the other's there, dials it
+through the relay, and both end up caching each other's entries. The time is printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from peerd.mesh.netns import Host
+from tests.integration.mesh import (
+    PEERD,
+    STARTUP_TIMEOUT_S,
+    Node,
+    cached_origins,
+    make_fleet,
+    start,
+    status,
+    wait_for,
+    write_overrides,
+)
+from tests.net.wan import Wan, skip_reason, wan
+
+RELAY_PORT = 4011
+
+
+@pytest.fixture
+def net(request: pytest.FixtureRequest) -> Iterator[Wan]:
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with wan(getattr(request, "param", (1, 1)), 1) as w:
+        yield w
+
+
+def start_relay(host: Host, state_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``peerd relay`` in ``host``'s namespace (its identity in ``state_dir``, so a restart
+    keeps the id), once it serves: the process and its ``/ip4/…/tcp/…/p2p/<id>``."""
+    log = state_dir.parent / "relay.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(host.command([*PEERD, "relay", "--state-dir", str(state_dir),
+                                              "--port", str(RELAY_PORT), "--json"]),
+                                stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = len(log.read_text().splitlines())
+    deadline = time.monotonic() + 60
+    while True:
+        lines = [ln for ln in log.read_text().splitlines()[seen:] if ln.startswith("{")]
+        if lines:
+            break
+        assert proc.poll() is None, log.read_text()[-2000:]
+        assert time.monotonic() < deadline, "the relay did not start"
+        time.sleep(0.2)
+    relay_id = json.loads(lines[0])["peer_id"]
+    return proc, f"/ip4/{host.address}/tcp/{RELAY_PORT}/p2p/{relay_id}"
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.fixture
+def relay(net: Wan, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    proc, addr = start_relay(net.public[0], tmp_path / "relay")
+    try:
+        yield proc, addr
+    finally:
+        stop(proc)  # a test may have stopped it already: then this only reaps it
+
+
+def _sessions(node: Node, peer_id: str) -> int:
+    s = node.status()
+    if s is None:
+        return -1
+    return next((p["sessions"] for p in s["peers"] if p["id"] == peer_id), 0)
+
+
+def test_two_natd_sites_configured_with_only_a_relay_cache_each_others_entries(
+        tmp_path: Path, net: Wan, relay: tuple[subprocess.Popen[bytes], str],
+        running: list[Node]) -> None:
+    a0, b0 = make_fleet(tmp_path, 2, hosts=[net.sites["a"].hosts[0], net.sites["b"].hosts[0]],
+                        base_port=4011, learning={"local_steps": 2})
+    for node in (a0, b0):
+        write_overrides(node.config, network={"mdns": False, "static_peers": [],
+                                              "bootstrap": [], "relays": [relay[1]]})
+    t0 = time.monotonic()
+    start((a0, b0), running)
+    wait_for(lambda: a0.status() is not None and b0.status() is not None, STARTUP_TIMEOUT_S,
+             "both daemons to answer", [a0, b0])
+    up = time.monotonic()
+    wait_for(lambda: b0.id in cached_origins(a0) and a0.id in cached_origins(b0), 120,
+             "each site to cache the other's entry through the relay", [a0, b0])
+    met = time.monotonic()
+    for node, other in ((a0, b0), (b0, a0)):
+        peer = next(p for p in status(node)["peers"] if p["id"] == other.id)
+        assert any(a.endswith("/p2p-circuit") for a in peer["addrs"]), peer
+    # peerd status says how: relayed (while the connection is up; it may be between sweeps).
+    wait_for(lambda: all(next(p for p in status(n)["peers"] if p["id"] == o.id)["path"]
+                         == "relayed" for n, o in ((a0, b0), (b0, a0))), 30,
+             "both to show the other's path as relayed", [a0, b0])
+    print(f"two NAT'd sites through a relay: both daemons answering {up - t0:.1f} s after "
+          f"start, each caching the other's entry {met - t0:.1f} s after start",
+          file=sys.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("net", [(2, 2)], indirect=True)
+def test_four_members_in_two_sites_meet_through_a_relay_and_recover_when_it_restarts(
+        tmp_path: Path, net: Wan, relay: tuple[subprocess.Popen[bytes], str],
+        running: list[Node]) -> None:
+    """The long form: two members per site (mDNS inside each site, only the relay across),
+    every node caching every other's entry; then the relay is stopped and started again
+    (its reservations and rendezvous registrations gone with it), and the time until a
+    fresh cross-site session is printed."""
+    a, b = net.sites["a"], net.sites["b"]
+    nodes = make_fleet(tmp_path, 4, hosts=[*a.hosts, *b.hosts], mdns=True, base_port=4011,
+                       learning={"local_steps": 2})
+    for node in nodes:
+        write_overrides(node.config, network={"mdns": True, "static_peers": [],
+                                              "bootstrap": [], "relays": [relay[1]]})
+    a0, a1, b0, b1 = nodes
+    t0 = time.monotonic()
+    start(nodes, running)
+    wait_for(lambda: all(n.status() is not None for n in nodes), STARTUP_TIMEOUT_S,
+             "the daemons to answer", nodes)
+    up = time.monotonic()
+    wait_for(lambda: all({o.id for o in nodes if o is not n} <= cached_origins(n)
+                         for n in nodes), 180, "every node to cache every other's entry",
+             nodes)
+    met = time.monotonic()
+    # The relay restarts: its hop and rendezvous state is gone, and so is every circuit.
+    stop(relay[0])
+    stopped = time.monotonic()
+    before = {(n.id, o.id): _sessions(n, o.id) for n, o in ((a0, b0), (b1, a1))}
+    proc, again = start_relay(net.public[0], tmp_path / "relay")
+    assert again == relay[1]  # the same id: its state directory holds its key
+    try:
+        restarted = time.monotonic()
+        wait_for(lambda: all(_sessions(n, o.id) > before[(n.id, o.id)]
+                             for n, o in ((a0, b0), (b1, a1))), 120,
+                 "fresh cross-site sessions after the relay's restart", nodes)
+        back = time.monotonic()
+    finally:
+        stop(proc)
+    print(f"4 members, 2 NAT'd sites, one relay: answering {up - t0:.1f} s after start, "
+          f"all caching all {met - t0:.1f} s after start; relay down {restarted - stopped:.1f} s, "
+          f"fresh a0->b0 and b1->a1 sessions {back - restarted:.1f} s after its restart",
+          file=sys.stderr)
