@@ -374,7 +374,8 @@ def render(data: dict[str, Any]) -> str:
         f"for up to {2 * data['wait_s'] + 10:.0f} s); punch: the listener's "
         "`initiate_hole_punch` call. Pings: libp2p ping from the dialer, over the relayed "
         "connection just after it opened (— when a direct one came first) and over the path "
-        "it ended on. Exceptions: the errno of every failed TCP dial, both sides, counted.",
+        "it ended on, one sample each (the first on a new connection: not a latency "
+        "comparison). Exceptions: the errno of every failed TCP dial, both sides, counted.",
     ]
     if "provenance" in data:
         from benchmarks import _provenance
