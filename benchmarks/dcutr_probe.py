@@ -2,6 +2,8 @@
 connection to a direct one across the namespace WAN of tests/net/wan.py? (issue 27 item 3)
 
     sudo .venv/bin/python -m benchmarks.dcutr_probe [--case public|site-b|site-b-eim] [--wait 30]
+    sudo .venv/bin/python -m benchmarks.dcutr_probe --case all --wait 20   # every case: JSON + doc
+    .venv/bin/python -m benchmarks.dcutr_probe --render    # bench:dcutr from the committed JSON
 
 Three hosts, each a process in its own namespace running peerd's transport
 (:func:`peerd.net.transport.open_transport`: TCP + Noise + Yamux, peerd's mends) with
@@ -22,15 +24,19 @@ py-libp2p's ``CircuitV2Protocol`` and ``DCUtRProtocol`` services beside it:
 After the relayed connection, each side waits up to ``--wait`` seconds for a direct
 connection to the other, then reports its connections' remote multiaddrs, their path
 (:func:`peerd.node.paths.classify`), a ping RTT over libp2p ping, and DCUtR's log lines.
-Prints one JSON object; exit 0 if B ends with a direct connection to A.
+Prints one JSON object; exit 0 if B ends with a direct connection to A. ``--case all`` runs
+every case of :data:`CASES` in turn and writes their reports, with the run's provenance, to
+docs/reproduction/dcutr/dcutr-cases.json and docs/transport.md's ``bench:dcutr`` table.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -38,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+READINGS = ROOT / "docs" / "reproduction" / "dcutr" / "dcutr-cases.json"
+TRANSPORT_DOC = ROOT / "docs" / "transport.md"
+MARK = "dcutr"
 LISTEN_PORT = 4001
 RELAY_PORT = 4011
 #: A process that outlives this is killed: every step has its own deadline well inside it.
@@ -83,14 +92,18 @@ async def _node(role: str, relay: str | None, target: str | None, wait_s: float)
     logging.getLogger("libp2p.relay.circuit_v2.dcutr").setLevel(logging.DEBUG)
     # What the TCP dial from the listen port hit (the swarm reports only "fail to open").
     bound_dial = tcp._open_tcp_stream_from
+    dial_errors: list[str] = []  # every failed dial, kept apart from the log's last lines
 
     async def noted_dial(host: str, port: int, source: tuple[str, int]) -> Any:
         try:
             return await bound_dial(host, port, source)
         except Exception as e:
             cause = e.__cause__
-            lines.lines.append(f"TCP {source[0]}:{source[1]} -> {host}:{port}: {e}"
-                               f"{f' ({cause!r})' if cause else ''}"[:300])
+            line = f"TCP {source[0]}:{source[1]} -> {host}:{port}: {e}" \
+                   f"{f' ({cause!r})' if cause else ''}"[:300]
+            lines.lines.append(line)
+            if len(dial_errors) < 200:
+                dial_errors.append(line)
             raise
 
     tcp._open_tcp_stream_from = noted_dial
@@ -156,6 +169,15 @@ async def _node(role: str, relay: str | None, target: str | None, wait_s: float)
                 await client.dial(dial)
                 report["relayed_dial_s"] = round(time.monotonic() - t0, 3)
                 report["after_dial"] = t.connection_multiaddrs(peer)
+                # The relayed RTT, kept only if no direct connection came meanwhile (the
+                # swarm would have sent the ping over it).
+                try:
+                    rtt = round(await ping_ms(h, peer), 3)
+                except PingError as e:
+                    report["relayed_ping_ms"] = str(e)
+                else:
+                    still = all("/p2p-circuit" in a for a in t.connection_multiaddrs(peer))
+                    report["relayed_ping_ms"] = rtt if still else None
             # Either side: wait for a direct connection (DCUtR's or the other side's); the
             # dialer longer, as the listener's own attempt may take all of wait_s first.
             deadline = time.monotonic() + (wait_s if role == "listener" else 2 * wait_s + 10)
@@ -183,6 +205,7 @@ async def _node(role: str, relay: str | None, target: str | None, wait_s: float)
             if observed is not None:
                 report["observed_addrs"] = [str(a) for a in observed.addrs(min_observers=1)]
             report["dcutr_log"] = lines.lines[-40:]
+            report["dial_errors"] = dial_errors
             say(report)
             # Held open until the orchestrator has the other side's report too.
             # (The trio-typing stubs py-libp2p pulls in predate abandon_on_cancel.)
@@ -274,27 +297,157 @@ def probe(case: str = "public", wait_s: float = 30.0, *,
                     p.wait()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd")
-    node = sub.add_parser("node")
-    node.add_argument("--role", choices=("relay", "listener", "dialer"), required=True)
-    node.add_argument("--relay")
-    node.add_argument("--target")
-    node.add_argument("--wait", type=float, default=30.0)
-    ap.add_argument("--case", choices=("public", "site-b", "site-b-eim"), default="public")
+# ------------------------------------------------------------------ every case, one output
+
+#: The cases the probe knows, in the order they run: (--case, --routers-drop).
+CASES: tuple[tuple[str, bool], ...] = (
+    ("site-b-eim", True), ("site-b-eim", False), ("site-b", True), ("public", False))
+NAT_TYPES = {
+    "site-b-eim": "A endpoint-independent, B endpoint-independent",
+    "site-b": "A endpoint-independent, B symmetric (a random port per flow)",
+    "public": "A endpoint-independent, B public",
+}
+ROUTERS = {True: "drop unsolicited inbound SYNs",
+           False: "answer unsolicited inbound SYNs with a RST (wan.py's default)"}
+ERRNO = re.compile(r"\[Errno (\d+)\]")
+
+
+def outcome(r: dict[str, Any]) -> str:
+    """``hole-punched``, ``direct by step 0`` (DCUtR's unilateral dial), ``relayed`` or
+    ``failed``, from one case's two reports."""
+    a, b = r.get("listener", {}), r.get("dialer", {})
+    if b.get("path") is None:
+        return "failed"
+    if b["path"] == "relayed":
+        return "relayed"
+    logs = a.get("dcutr_log", []) + b.get("dcutr_log", [])
+    if any("Unilateral direct upgrade" in line and "succeeded" in line for line in logs):
+        return "direct by step 0"
+    return "hole-punched"
+
+
+def exceptions(r: dict[str, Any]) -> list[str]:
+    """The errors the two sides saw: errno names of failed TCP dials (with counts), the
+    listener's ``initiate_hole_punch`` result when not True, a node's error."""
+    counts: dict[str, int] = {}
+    for side in ("listener", "dialer"):
+        rep = r.get(side, {})
+        for line in rep.get("dial_errors", rep.get("dcutr_log", [])):
+            for m in ERRNO.finditer(line.split(" (OSError", 1)[0]):
+                name = errno.errorcode.get(int(m.group(1)), f"errno {m.group(1)}")
+                counts[name] = counts.get(name, 0) + 1
+    out = [f"{name} ×{n}" for name, n in sorted(counts.items())]
+    result = r.get("listener", {}).get("initiate_result")
+    if result is not None and result is not True:
+        out.append(f"initiate_hole_punch: {result}")
+    out += [f"{side}: {r[side]['error']}" for side in ("listener", "dialer")
+            if "error" in r.get(side, {})]
+    return out
+
+
+def _ms(v: Any) -> str:
+    return f"{v:.1f} ms" if isinstance(v, float) else "—" if v is None else str(v)
+
+
+def render(data: dict[str, Any]) -> str:
+    """docs/transport.md's ``bench:dcutr`` block from the committed cases."""
+    lines = [
+        "| case | NAT types | routers | outcome | time to direct | ping relayed → at the end "
+        "| exceptions seen |",
+        "|---|---|---|---|---:|---|---|",
+    ]
+    for r in data["cases"]:
+        a, b = r.get("listener", {}), r.get("dialer", {})
+        flag = " --routers-drop" if r["routers_drop"] else ""
+        direct = b.get("direct_after_s")
+        when = f"{direct:.2f} s" if isinstance(direct, float | int) else "none"
+        if a.get("initiate_result") is True:
+            when += f" (punch {a['initiate_s']:.2f} s)"
+        final = f"{_ms(b.get('ping_ms'))} {b.get('path') or '?'}"
+        lines.append(
+            f"| `--case {r['case']}{flag}` | {NAT_TYPES[r['case']]} | {ROUTERS[r['routers_drop']]} "
+            f"| {outcome(r)} | {when} | {_ms(b.get('relayed_ping_ms'))} → {final} "
+            f"| {'; '.join(exceptions(r)) or 'none'} |")
+    lines += [
+        "",
+        f"Time to direct: from the dialer's relayed connection to its first direct one (waited "
+        f"for up to {2 * data['wait_s'] + 10:.0f} s); punch: the listener's "
+        "`initiate_hole_punch` call. Pings: libp2p ping from the dialer, over the relayed "
+        "connection just after it opened (— when a direct one came first) and over the path "
+        "it ended on, one sample each (the first on a new connection: not a latency "
+        "comparison). Exceptions: the errno of every failed TCP dial, both sides, counted.",
+    ]
+    if "provenance" in data:
+        from benchmarks import _provenance
+
+        lines += ["", _provenance.line(data["provenance"])]
+    return "\n".join(lines) + "\n"
+
+
+def run_cases(wait_s: float) -> dict[str, Any]:
+    """Every case of :data:`CASES`, one after another, with the WAN built afresh for each."""
+    cases = []
+    for case, drop in CASES:
+        print(f"dcutr_probe: {case}{' --routers-drop' if drop else ''}", file=sys.stderr,
+              flush=True)
+        cases.append(probe(case, wait_s, routers_drop=drop))
+    return {"wait_s": wait_s, "cases": cases}
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
+    ap.add_argument("--case", choices=("public", "site-b", "site-b-eim", "all"),
+                    default="public",
+                    help="all: every case in turn, each with its own router setting; writes "
+                         f"{READINGS.relative_to(ROOT)} and docs/transport.md's bench:dcutr")
     ap.add_argument("--wait", type=float, default=30.0)
     ap.add_argument("--routers-drop", action="store_true",
                     help="the routers drop unsolicited inbound SYNs (else their stack RSTs)")
-    args = ap.parse_args()
-    if args.cmd == "node":
+    ap.add_argument("--render", action="store_true",
+                    help="measure nothing: rewrite bench:dcutr from the committed cases")
+    return ap
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["node"]:  # one host of a case, started by probe()
+        node = argparse.ArgumentParser(prog="dcutr_probe node")
+        node.add_argument("--role", choices=("relay", "listener", "dialer"), required=True)
+        node.add_argument("--relay")
+        node.add_argument("--target")
+        node.add_argument("--wait", type=float, default=30.0)
+        n = node.parse_args(sys.argv[2:])
         import trio
 
-        trio.run(_node, args.role, args.relay, args.target, args.wait)
+        trio.run(_node, n.role, n.relay, n.target, n.wait)
         return
-    res = probe(args.case, args.wait, routers_drop=args.routers_drop)
-    print(json.dumps(res, indent=2))
-    sys.exit(0 if res.get("dialer", {}).get("path") not in (None, "relayed") else 1)
+    ap = _parser()
+    args = ap.parse_args()
+    from benchmarks._report import write_section
+
+    if args.render:
+        write_section(MARK, render(json.loads(READINGS.read_text())), TRANSPORT_DOC)
+        return
+    if args.case != "all":
+        res = probe(args.case, args.wait, routers_drop=args.routers_drop)
+        print(json.dumps(res, indent=2))
+        sys.exit(0 if res.get("dialer", {}).get("path") not in (None, "relayed") else 1)
+    if args.routers_drop:
+        print("dcutr_probe: --case all sets the routers per case; drop --routers-drop",
+              file=sys.stderr)
+        sys.exit(2)
+    from benchmarks import _provenance
+
+    started = _provenance.start(ap, args)
+    data = run_cases(args.wait)
+    if any("skipped" in r for r in data["cases"]):
+        print(f"dcutr_probe: skipped: {data['cases'][0].get('skipped')}", file=sys.stderr)
+        sys.exit(2)
+    data["provenance"] = started.record()
+    READINGS.parent.mkdir(parents=True, exist_ok=True)
+    READINGS.write_text(json.dumps(data, indent=1) + "\n")
+    md = render(data)
+    write_section(MARK, md, TRANSPORT_DOC)
+    print(md)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,12 @@ def _relay() -> str:
     return render(_json(READINGS))
 
 
+def _dcutr() -> str:
+    from benchmarks.dcutr_probe import READINGS, render
+
+    return render(_json(READINGS))
+
+
 def _churn() -> str:
     from benchmarks.bench_churn import CHURN_JSON, render
 
@@ -272,6 +278,8 @@ def registry() -> list[DocTable]:
         DocTable(reliability, "bench", "churn", "docs/reliability/churn.json", _churn),
         DocTable(DOCS / "transport.md", "bench", "relay",
                  "docs/reproduction/relay/relay-entry.json", _relay),
+        DocTable(DOCS / "transport.md", "bench", "dcutr",
+                 "docs/reproduction/dcutr/dcutr-cases.json", _dcutr),
         DocTable(DOCS / "robustness.md", "robustness", "robustness-table",
                  "docs/robustness/*.json", _robustness),
     ]
