@@ -14,8 +14,8 @@ Once every node caches every other's entry, each repetition stops the relay (SIG
 and starts it again, and records the seconds it was down (from the stop until the new process
 prints that it serves) and, for each member, the seconds from the restart until its peer
 table counts one more completed session with a member of the other site, and until its cache
-holds a newer version of *both* other-site members' entries (read from ``peerd status
---json``, polled every :data:`POLL_S`). The target is the issue's, computed as in
+holds a newer version of *both* other-site members' entries than it held once the old
+relay process had exited (read from ``peerd status --json``, polled every :data:`POLL_S`). The target is the issue's, computed as in
 bench_rebinding: two round intervals (``[learning] round_interval_s`` of the daemons'
 configs) plus one gossip sweep (the daemon's ``GOSSIP_INTERVAL_S``, the mean of its jitter).
 
@@ -57,10 +57,14 @@ def _restart_and_time(w: Any, state_dir: Path, proc: Any, addr: str,
     readings (down_s; per member session_s and version_s, None: not within GIVE_UP_S)."""
     from tests.integration.relay_sites import cross_state, start_relay, stop_relay
 
+    # relay_fleet names members by site ("a0", "b1"): the other site is the other letter.
     other = {m.name: [o.id for o in members if o.name[0] != m.name[0]] for m in members}
-    before = {m.name: cross_state(m.status(), other[m.name]) for m in members}
     stopped = time.monotonic()
     stop_relay(proc)
+    # Read once the old process has exited: no circuit is left, so nothing counted after this
+    # can have come through the old relay (read before the stop, a session completing while
+    # it shut down would count as fresh).
+    before = {m.name: cross_state(m.status(), other[m.name]) for m in members}
     proc, again = start_relay(w.public[0], state_dir)
     restarted = time.monotonic()
     assert again == addr, f"the relay came back as {again}, not {addr}"
