@@ -157,6 +157,12 @@ def _nat_rebinding() -> str:
     return render(_json(READINGS))
 
 
+def _relay_restart() -> str:
+    from benchmarks.bench_relay_restart import READINGS, render
+
+    return render(_json(READINGS))
+
+
 def _relay() -> str:
     from benchmarks.bench_relay import READINGS, render
 
@@ -275,6 +281,8 @@ def registry() -> list[DocTable]:
                  _soak_summary),
         DocTable(reliability, "bench", "nat-rebinding", "docs/reliability/nat-rebinding.json",
                  _nat_rebinding),
+        DocTable(reliability, "bench", "relay-restart", "docs/reliability/relay-restart.json",
+                 _relay_restart),
         DocTable(reliability, "bench", "churn", "docs/reliability/churn.json", _churn),
         DocTable(DOCS / "transport.md", "bench", "relay",
                  "docs/reproduction/relay/relay-entry.json", _relay),

@@ -9,8 +9,6 @@ through the relay, and both end up caching each other's entries. The time is pri
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import time
@@ -19,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from peerd.mesh.netns import Host
 from tests.integration.mesh import (
-    PEERD,
     STARTUP_TIMEOUT_S,
     Node,
     cached_origins,
@@ -31,9 +27,8 @@ from tests.integration.mesh import (
     wait_for,
     write_overrides,
 )
+from tests.integration.relay_sites import relay_fleet, sessions, start_relay, stop_relay
 from tests.net.wan import Wan, skip_reason, wan
-
-RELAY_PORT = 4011
 
 
 @pytest.fixture
@@ -45,47 +40,13 @@ def net(request: pytest.FixtureRequest) -> Iterator[Wan]:
         yield w
 
 
-def start_relay(host: Host, state_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``peerd relay`` in ``host``'s namespace (its identity in ``state_dir``, so a restart
-    keeps the id), once it serves: the process and its ``/ip4/…/tcp/…/p2p/<id>``."""
-    log = state_dir.parent / "relay.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(host.command([*PEERD, "relay", "--state-dir", str(state_dir),
-                                              "--port", str(RELAY_PORT), "--json"]),
-                                stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    seen = len(log.read_text().splitlines())
-    deadline = time.monotonic() + 60
-    while True:
-        lines = [ln for ln in log.read_text().splitlines()[seen:] if ln.startswith("{")]
-        if lines:
-            break
-        assert proc.poll() is None, log.read_text()[-2000:]
-        assert time.monotonic() < deadline, "the relay did not start"
-        time.sleep(0.2)
-    relay_id = json.loads(lines[0])["peer_id"]
-    return proc, f"/ip4/{host.address}/tcp/{RELAY_PORT}/p2p/{relay_id}"
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    proc.wait(timeout=20)
-
-
 @pytest.fixture
 def relay(net: Wan, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     proc, addr = start_relay(net.public[0], tmp_path / "relay")
     try:
         yield proc, addr
     finally:
-        stop(proc)  # a test may have stopped it already: then this only reaps it
-
-
-def _sessions(node: Node, peer_id: str) -> int:
-    s = node.status()
-    if s is None:
-        return -1
-    return next((p["sessions"] for p in s["peers"] if p["id"] == peer_id), 0)
+        stop_relay(proc)  # a test may have stopped it already: then this only reaps it
 
 
 def test_two_natd_sites_configured_with_only_a_relay_cache_each_others_entries(
@@ -124,13 +85,9 @@ def test_four_members_in_two_sites_meet_through_a_relay_and_recover_when_it_rest
     """The long form: two members per site (mDNS inside each site, only the relay across),
     every node caching every other's entry; then the relay is stopped and started again
     (its reservations and rendezvous registrations gone with it), and the time until a
-    fresh cross-site session is printed."""
-    a, b = net.sites["a"], net.sites["b"]
-    nodes = make_fleet(tmp_path, 4, hosts=[*a.hosts, *b.hosts], mdns=True, base_port=4011,
-                       learning={"local_steps": 2})
-    for node in nodes:
-        write_overrides(node.config, network={"mdns": True, "static_peers": [],
-                                              "bootstrap": [], "relays": [relay[1]]})
+    fresh cross-site session is printed. benchmarks/bench_relay_restart.py repeats the restart
+    and renders its readings into docs/reliability.md."""
+    nodes = relay_fleet(tmp_path, net, relay[1], mdns=True)
     a0, a1, b0, b1 = nodes
     t0 = time.monotonic()
     start(nodes, running)
@@ -142,19 +99,19 @@ def test_four_members_in_two_sites_meet_through_a_relay_and_recover_when_it_rest
              nodes)
     met = time.monotonic()
     # The relay restarts: its hop and rendezvous state is gone, and so is every circuit.
-    stop(relay[0])
+    stop_relay(relay[0])
     stopped = time.monotonic()
-    before = {(n.id, o.id): _sessions(n, o.id) for n, o in ((a0, b0), (b1, a1))}
+    before = {(n.id, o.id): sessions(n, o.id) for n, o in ((a0, b0), (b1, a1))}
     proc, again = start_relay(net.public[0], tmp_path / "relay")
     assert again == relay[1]  # the same id: its state directory holds its key
     try:
         restarted = time.monotonic()
-        wait_for(lambda: all(_sessions(n, o.id) > before[(n.id, o.id)]
+        wait_for(lambda: all(sessions(n, o.id) > before[(n.id, o.id)]
                              for n, o in ((a0, b0), (b1, a1))), 120,
                  "fresh cross-site sessions after the relay's restart", nodes)
         back = time.monotonic()
     finally:
-        stop(proc)
+        stop_relay(proc)
     print(f"4 members, 2 NAT'd sites, one relay: answering {up - t0:.1f} s after start, "
           f"all caching all {met - t0:.1f} s after start; relay down {restarted - stopped:.1f} s, "
           f"fresh a0->b0 and b1->a1 sessions {back - restarted:.1f} s after its restart",

@@ -1,0 +1,89 @@
+"""Two NAT'd sites joined only by a ``peerd relay`` (issue 27): the set-up shared by
+tests/integration/test_wan_relay.py and benchmarks/bench_relay_restart.py.
+
+The relay runs in a public host's namespace (tests/net/wan.py) with its identity in a state
+directory of its own, so stopping it and starting it again keeps its id and address; each
+member is configured with ``[network] relays = [<that relay>]`` and nothing else across
+sites (mDNS inside a site only where asked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from peerd.mesh.netns import Host
+from tests.integration.mesh import PEERD, Node, make_fleet, write_overrides
+from tests.net.wan import Wan
+
+RELAY_PORT = 4011
+#: A relay that has not printed its JSON line this long after it was started never will
+#: (start-up is imports, key, listen: seconds on a loaded 2-core machine).
+RELAY_START_TIMEOUT_S = 60.0
+
+
+def start_relay(host: Host, state_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``peerd relay`` in ``host``'s namespace (its identity in ``state_dir``, so a restart
+    keeps the id), once it serves: the process and its ``/ip4/…/tcp/…/p2p/<id>``. Its output
+    goes to ``relay.log`` beside ``state_dir``, appended across restarts."""
+    log = state_dir.parent / "relay.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(host.command([*PEERD, "relay", "--state-dir", str(state_dir),
+                                              "--port", str(RELAY_PORT), "--json"]),
+                                stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = len(log.read_text().splitlines())
+    deadline = time.monotonic() + RELAY_START_TIMEOUT_S
+    while True:
+        lines = [ln for ln in log.read_text().splitlines()[seen:] if ln.startswith("{")]
+        if lines:
+            break
+        assert proc.poll() is None, log.read_text()[-2000:]
+        assert time.monotonic() < deadline, "the relay did not start"
+        time.sleep(0.2)
+    relay_id = json.loads(lines[0])["peer_id"]
+    return proc, f"/ip4/{host.address}/tcp/{RELAY_PORT}/p2p/{relay_id}"
+
+
+def stop_relay(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def relay_fleet(root: Path, w: Wan, relay_addr: str, *, mdns: bool,
+                debug: bool = False) -> list[Node]:
+    """One member per host of each site (site a's first, then b's), named ``a0, a1, …,
+    b0, …``, each knowing only the relay across sites."""
+    hosts = [h for s in ("a", "b") for h in w.sites[s].hosts]
+    nodes = make_fleet(root, len(hosts), hosts=hosts, mdns=mdns, base_port=4011,
+                       learning={"local_steps": 2})
+    names = [f"{s}{i}" for s in ("a", "b") for i in range(len(w.sites[s].hosts))]
+    for node, name in zip(nodes, names, strict=True):
+        node.name = name
+        write_overrides(node.config, network={"mdns": mdns, "static_peers": [],
+                                              "bootstrap": [], "relays": [relay_addr]})
+        if debug:  # the failed dials and reservations are debug lines
+            write_overrides(node.config, node={"log_level": "debug"})
+    return nodes
+
+
+def sessions(node: Node, peer_id: str) -> int:
+    """Completed sessions ``node`` counts with ``peer_id`` (-1: it does not answer)."""
+    s = node.status()
+    if s is None:
+        return -1
+    return int(next((p["sessions"] for p in s["peers"] if p["id"] == peer_id), 0))
+
+
+def cross_state(status: dict[str, Any] | None, others: list[str]) -> tuple[int, dict[str, int]]:
+    """(completed sessions with any of ``others``, newest cached version of each one's
+    entry: -1 where none), from one status; (-1, {}) when the node did not answer."""
+    if status is None:
+        return -1, {}
+    done = sum(p["sessions"] for p in status["peers"] if p["id"] in others)
+    versions = {o: max((c["version"] for c in status["cache"] if c["origin"] == o),
+                       default=-1) for o in others}
+    return done, versions
