@@ -83,6 +83,12 @@ RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
 #: How often the connection to a relay is looked at between refreshes: a relay that
 #: restarted lost our reservation with the connection, so we reserve again at once.
 WATCH_S = 1.0
+#: The longest a reservation goes unrefreshed, whatever the relay granted. js-libp2p's relay
+#: (circuit-relay-v2 4.2.13) deletes a reservation refreshed twice at its *first* refresh's
+#: time + TTL (a timer its reset leaves behind; tests/net/test_js_relay.py shows it): with
+#: its 2 h default and a refresh at half, a member would be undialable there for up to an
+#: hour; this bounds that window to 10 min, for one RESERVE per relay per 10 min.
+REFRESH_MAX_S = 600.0
 #: Seconds between DISCOVER requests at each relay's rendezvous point.
 DISCOVER_INTERVAL_S = 30.0
 #: What we ask the rendezvous point to keep our registration for; we register again with
@@ -287,12 +293,13 @@ class RelayClient:
             self._changed()
 
     async def _hold(self, st: RelayState) -> None:
-        """Until the refresh is due (half of the reservation's time left when granted):
+        """Until the refresh is due (half of the reservation's time left when granted, at most
+        REFRESH_MAX_S):
         DISCOVER every ``discover_interval_s``; a lost connection ends the hold with an
         error, so the reservation is made again at once (the relay may have restarted)."""
         assert st.reserved_until is not None
         now = self._clock()
-        refresh_at = now + (st.reserved_until - now) / 2
+        refresh_at = now + min((st.reserved_until - now) / 2, REFRESH_MAX_S)
         next_discover = now
         while True:
             if not self._transport.is_connected(st.relay_id):

@@ -11,9 +11,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
+import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from peerd.net import relayclient
 from peerd.net.gossip import SessionResult, run_session
 from peerd.net.relay import RelayService
 from peerd.net.relayclient import UNKNOWN_RELAY, RelayClient, rendezvous_namespace
@@ -169,6 +171,27 @@ def test_a_short_reservation_is_refreshed_before_it_ends() -> None:
             b = await stack.enter_async_context(member(B, [r.addr], nursery))
             await b.client.connect(a.node.id, a.client.circuit_addrs())
             assert b.t.is_connected(a.node.id)
+            nursery.cancel_scope.cancel()
+
+    run(body, 60)
+
+
+def test_a_long_reservation_is_refreshed_at_most_refresh_max_s_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A relay that grants 600 s would be asked again at 300 s; the cap (10 min in production,
+    # 1 s here) bounds how long a relay that drops reservations early (js-libp2p's) can keep
+    # the member undialable.
+    monkeypatch.setattr(relayclient, "REFRESH_MAX_S", 1.0)
+
+    async def body() -> None:
+        async with relay(reservation_ttl=600) as r, trio.open_nursery() as nursery, \
+                AsyncExitStack() as stack:
+            a = await stack.enter_async_context(member(A, [r.addr], nursery))
+            await until(lambda: bool(a.client.circuit_addrs()))
+            await trio.sleep(3.5)
+            [state] = a.client.states()
+            assert state.reservations >= 3
+            assert state.failures == 0
             nursery.cancel_scope.cancel()
 
     run(body, 60)
