@@ -184,7 +184,7 @@ def render(r: dict[str, Any]) -> str:
     lines = [
         "### Relay restart — `python -m benchmarks.bench_relay_restart`",
         "",
-        f"The relay was stopped and started again (same key and port) {r['repeat']} times, "
+        f"The relay was stopped and started again (same key and port) {r['repeat']} time{'' if r['repeat'] == 1 else 's'}, "
         "once every node cached every other's entry; per repetition, the seconds it was "
         "down (stop until the new process serves) and, per member, the seconds from its "
         "restart until the member's next completed session with a member of the other "
