@@ -138,11 +138,12 @@ def main() -> None:
     started = _provenance.start(ap, args)
     r = measure(args.mb, args.repeat, args.rate_mbit, args.loss_pct, args.cut_s)
     r["provenance"] = started.record()
+    if not args.no_write:  # the readings first: a renderer's bug must not lose a run
+        READINGS.parent.mkdir(parents=True, exist_ok=True)
+        READINGS.write_text(json.dumps(r, indent=1) + "\n")
     md = render(r)
     print(md)
     if not args.no_write:
-        READINGS.parent.mkdir(parents=True, exist_ok=True)
-        READINGS.write_text(json.dumps(r, indent=1) + "\n")
         write_section(MARK, md, TRANSPORT)
 
 
