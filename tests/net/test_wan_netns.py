@@ -177,3 +177,21 @@ def test_rate_and_loss_together_both_apply() -> None:
           f"unanswered", file=sys.stderr)
     assert 0.4 * rate_mbit <= mbit_s <= 1.1 * rate_mbit
     assert 4 <= lost <= 60, lost
+
+
+def test_a_link_without_delay_needs_no_netem_and_loses_each_way_in_the_router() -> None:
+    lossy = Link(rate_mbit=20.0, loss_pct=1.0)
+    assert not lossy.needs_netem
+    assert skip_reason(lossy) == skip_reason()  # the same as an unshaped WAN's
+    qdisc = lossy.qdisc()
+    assert qdisc is not None
+    assert qdisc[0] == "tbf"
+    rules = lossy.drop_rules()
+    assert [r[:2] for r in rules] == [["-i", "wan0"], ["-o", "wan0"]]
+    assert all(r[r.index("--probability") + 1] == "0.010000" for r in rules)
+    assert Link(loss_pct=1.0).qdisc() is None  # loss alone: no qdisc at all
+    # With a delay netem carries everything, and the router drops nothing itself.
+    delayed = Link(delay_ms=40.0, rate_mbit=20.0, loss_pct=1.0)
+    assert delayed.needs_netem
+    assert delayed.drop_rules() == []
+    assert delayed.qdisc() == ["netem", "delay", "40.0ms", "rate", "20.0mbit", "loss", "1.0%"]
