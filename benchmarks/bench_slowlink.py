@@ -107,11 +107,14 @@ def render(r: dict[str, Any]) -> str:
                      f"| {sessions} | {wall:.1f} | {base_s / wall:.2f}× "
                      f"| {got * 8 / wall / 1e6:.1f} | {resent} |")
     cut = next(c for c in r["cases"] if c["cut"])
+    extra = ", ".join(f"{x['bytes_in'] - base_b:+,.0f} B" for x in cut["runs"])
     lines += ["", (f"The cut case's link was down {r['cut_s']:g} s of its time, from when the "
                    f"receiver held {r['cut_at']:.0%} of the frame; *re-sent after the cut* is "
                    "the resumed session's bytes in, and *kept* what the receiver had spooled "
-                   "and did not fetch again (``bytes_not_resent``), per run. Resumed in "
-                   f"{sum(x['resumed'] for x in cut['runs'])} of {len(cut['runs'])} runs.")]
+                   "and did not fetch again (`bytes_not_resent`), per run. Resumed in "
+                   f"{sum(x['resumed'] for x in cut['runs'])} of {len(cut['runs'])} runs; "
+                   "bytes in over all its sessions, beside the uncut float32 transfer's: "
+                   f"{extra}.")]
     if "provenance" in r:
         from benchmarks import _provenance
 

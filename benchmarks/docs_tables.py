@@ -349,6 +349,7 @@ REFERENCE: frozenset[tuple[str, str]] = frozenset({
     ("docs/operations.md", "`[fleet]`"),
     ("docs/reliability.md", "What runs"), ("docs/robustness.md", "What ran"),
     ("docs/transport.md", "py-libp2p 0.8.1 defects, and how `transport.py` handles them"),
+    ("docs/transport.md", "Slow, lossy links in the namespace WAN"),  # what wan.py configures
 })
 
 
