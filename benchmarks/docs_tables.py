@@ -169,6 +169,12 @@ def _relay() -> str:
     return render(_json(READINGS))
 
 
+def _slowlink() -> str:
+    from benchmarks.bench_slowlink import READINGS, render
+
+    return render(_json(READINGS))
+
+
 def _dcutr() -> str:
     from benchmarks.dcutr_probe import READINGS, render
 
@@ -288,6 +294,8 @@ def registry() -> list[DocTable]:
                  "docs/reproduction/relay/relay-entry.json", _relay),
         DocTable(DOCS / "transport.md", "bench", "dcutr",
                  "docs/reproduction/dcutr/dcutr-cases.json", _dcutr),
+        DocTable(DOCS / "transport.md", "bench", "slowlink",
+                 "docs/reproduction/slowlink/slowlink.json", _slowlink),
         DocTable(DOCS / "robustness.md", "robustness", "robustness-table",
                  "docs/robustness/*.json", _robustness),
     ]
@@ -341,6 +349,7 @@ REFERENCE: frozenset[tuple[str, str]] = frozenset({
     ("docs/operations.md", "`[fleet]`"),
     ("docs/reliability.md", "What runs"), ("docs/robustness.md", "What ran"),
     ("docs/transport.md", "py-libp2p 0.8.1 defects, and how `transport.py` handles them"),
+    ("docs/transport.md", "Slow, lossy links in the namespace WAN"),  # what wan.py configures
 })
 
 
