@@ -73,6 +73,10 @@ class AutoNATLimits:
     addrs: int = 4
     #: Deadline of one dial-back (TCP connect, multistream-select, Noise).
     dial_timeout_s: float = 5.0
+    #: A failed dial-back is answered no sooner than this after the request (go-libp2p waits
+    #: out its dial timeout too): the answer's timing must not tell a refused port from a
+    #: filtered one, or the server is a port scanner of the asker's IP (a CGNAT's neighbours).
+    failure_delay_s: float = 5.0
     #: Largest request read (a DIAL with a peer id and a few addresses is ~200 bytes; the
     #: library's own cap is 64 KiB).
     message_bytes: int = 4096
@@ -241,7 +245,8 @@ class AutoNATServer:
 
     async def handle(self, stream: INetStream) -> None:
         try:
-            with trio.fail_after(self.limits.dial_timeout_s * (self.limits.addrs + 1)):
+            with trio.fail_after(self.limits.dial_timeout_s * (self.limits.addrs + 1)
+                                 + self.limits.failure_delay_s):
                 raw = await read_varint_prefixed_bytes_limited(stream,
                                                                self.limits.message_bytes)
                 answer = await self.answer(stream, raw)
@@ -261,10 +266,12 @@ class AutoNATServer:
         peer_id, addrs = refused
         self._busy += 1
         try:
+            answer_at = trio.current_time() + self.limits.failure_delay_s
             for addr in addrs:
                 if await self._dial(peer_id, addr, self.limits.dial_timeout_s):
                     self.stats.answered_ok += 1
                     return _answer(Message.OK, addr=addr)
+            await trio.sleep_until(answer_at)  # holding the slot: the delay is bounded too
         finally:
             self._busy -= 1
         self.stats.answered_error += 1

@@ -128,11 +128,13 @@ def test_ours_dials_back_on_a_fresh_connection() -> None:
     async def body() -> None:
         async with open_transport(Ed25519PrivateKey.generate(), _nothing, LOOPBACK) as srv, \
                 open_transport(Ed25519PrivateKey.generate(), _nothing, LOOPBACK) as cli:
-            server = AutoNATServer(srv.host, AutoNATLimits(per_peer=2))
+            server = AutoNATServer(srv.host, AutoNATLimits(per_peer=2, failure_delay_s=1.0))
             server.install()
             addr = f"{srv.listen_addrs[0]}/p2p/{srv.peer_id}"
+            t0 = trio.current_time()
             closed = await dial_request(cli, addr, [f"/ip4/127.0.0.1/tcp/{closed_port()}"])
             assert closed.dialResponse.status == Message.E_DIAL_ERROR
+            assert trio.current_time() - t0 >= 1.0  # refused at once, answered after the delay
             ok = await dial_request(cli, addr, list(cli.listen_addrs))
             assert ok.dialResponse.status == Message.OK
             assert str(multiaddr.Multiaddr(ok.dialResponse.addr)) == cli.listen_addrs[0]
@@ -188,6 +190,7 @@ def _against(dial: Callable[[ID, str, float], Awaitable[bool]] | None,
                 open_transport(Ed25519PrivateKey.generate(), _nothing, LOOPBACK) as t:
             if dial is not None:
                 r.service.autonat._dial = dial
+                r.service.autonat.limits = AutoNATLimits(failure_delay_s=0.01)
             changes: list[Verdict] = []
             reach = Reachability(t, [r.addr], on_change=changes.append)
             assert reach.needs_relay()
