@@ -23,6 +23,7 @@ from peerd.net.relayclient import RelayClient
 from peerd.net.transport import Stream, Transport, open_transport
 from tests.net.hosts import LOOPBACK, run
 from tests.net.relay_fixture import relay
+from tests.net.relayhosts import relay_clients
 from tests.node.fleet import FLEET
 
 
@@ -176,6 +177,26 @@ def test_ours_refuses_another_peers_id_and_requests_beyond_its_dials() -> None:
                 assert busy.dialResponse.statusText == "busy"
                 gate.set()
             assert got[0].dialResponse.status == Message.OK
+
+    run(body)
+
+
+def test_ours_refuses_a_request_over_a_relayed_connection() -> None:
+    """The IP seen there is the relay's: a dial-back would go to the relay's address."""
+    async def body() -> None:
+        async with relay() as r, relay_clients(2) as (s, c):
+            server = AutoNATServer(s.transport.host)
+            server.install()
+            rid, head = r.transport.host.get_id(), r.transport.listen_addrs[0]
+            assert await s.reserve(rid, head)
+            await c.connect(rid, head)
+            await c.dial(rid, head, s.peer_id)
+            assert c.transport.is_connected(str(s.peer_id))  # through the relay only
+            answer = await dial_request(c.transport, f"/p2p/{s.peer_id}",
+                                        list(c.transport.listen_addrs))
+            assert answer.dialResponse.status == Message.E_DIAL_REFUSED
+            assert answer.dialResponse.statusText == "no dial-back over a relayed connection"
+            assert server.stats.refused == 1
 
     run(body)
 
