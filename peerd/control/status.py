@@ -260,6 +260,21 @@ class TrackingStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ReachabilityStatus:
+    """Whether this node is dialable from outside (peerd.net.reachability: AutoNAT dial-backs
+    asked of the configured relays)."""
+
+    #: "public" (no relay reservation is made), "private" or "unknown" (reservations held).
+    verdict: str
+    servers: int  #: relays asked
+    reached: int  #: of them, those whose latest answer is that they reached us
+    not_reached: int  #: those whose latest answer is that they did not
+    #: Seconds since the last check (None before the first).
+    checked_s_ago: float | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """What ``peerd status --json`` prints: one snapshot, never changed once built."""
 
@@ -294,6 +309,8 @@ class Status:
     learner: LearnerStatus | None = None
     #: ``[tracking]`` set (MLflow, TensorBoard): its sinks' counts; None without one.
     tracking: TrackingStatus | None = None
+    #: ``[network] relays`` set: the reachability verdict; None without relays.
+    reachability: ReachabilityStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ import trio
 from peerd.control.metrics import StatusMetrics, start_metrics_server
 from peerd.control.server import ControlError, ControlServer, Operations
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
-from peerd.control.status import Status
+from peerd.control.status import ReachabilityStatus, Status
 from peerd.control.tracking import tracked_round
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
@@ -67,6 +67,7 @@ from peerd.learn.learner.fleet import LearnerTask
 from peerd.learn.tasks import Task, load_task
 from peerd.net.discovery import Discovery, DiscoveryError, open_discovery
 from peerd.net.gossip import ReceiveSlots
+from peerd.net.reachability import Reachability
 from peerd.net.relay import RelayService
 from peerd.net.relayclient import RelayClient
 from peerd.net.transport import Transport, open_transport
@@ -115,6 +116,8 @@ class Daemon(Gossiping):
         self._discovery: Discovery | None = None  # set while mDNS runs
         self.transport: Transport | None = None  # set while the libp2p host is up
         self.relays: RelayClient | None = None  # set while [network] relays are kept
+        #: AutoNAT dial-backs asked of those relays: a public node needs no reservation.
+        self.reachability: Reachability | None = None
         #: ``[network] relay_service``: the hop + rendezvous point on our host, while it runs.
         self.relay: RelayService | None = None
         self._config_status = cfg.status_config()
@@ -309,15 +312,17 @@ class Daemon(Gossiping):
                          ", ".join(self.listen_addrs), self.node.id, cfg.node.control_socket)
                 self.peers.add_static(cfg.network.static_peers, self.now())
                 if cfg.network.relays:
+                    self.reachability = Reachability(transport, cfg.network.relays)
                     self.relays = RelayClient(
                         transport, cfg.network.relays, cfg.fleet.fleet_id,
                         is_member=self._may_be_member, on_found=self.addresses.found,
                         on_change=lambda: self._wake_gossip.set(),
-                        on_reserved=self.peers.retry_via_relay, clock=self.now)
+                        on_reserved=self.peers.retry_via_relay, clock=self.now,
+                        needs_reservation=self.reachability.needs_relay)
                 try:
                     await self._serve(transport)
                 finally:
-                    self.relays = None
+                    self.relays = self.reachability = None
 
     async def _serve(self, transport: Transport) -> None:
         async with trio.open_nursery() as inner:
@@ -333,6 +338,8 @@ class Daemon(Gossiping):
                 # only members reserve and register. Answering before READY=1.
                 self.relay = RelayService(transport.host)
                 await inner.start(self.relay.run)
+            if self.reachability is not None:  # reserves until it says "public"
+                inner.start_soon(self.reachability.run)
             if self.relays is not None:  # reservations, rendezvous, the STOP side
                 # A relay service of our own serves /stop already: the client uses its hop.
                 inner.start_soon(self.relays.run,
@@ -414,4 +421,14 @@ class Daemon(Gossiping):
                             learner=self.mode.learner_block()
                             if isinstance(self.mode, WeightsMode) else None,
                             tracking=None if self.tracking is None
-                            else self.tracking.snapshot())
+                            else self.tracking.snapshot(),
+                            reachability=self._reachability_status())
+
+    def _reachability_status(self) -> ReachabilityStatus | None:
+        r = self.reachability
+        if r is None:
+            return None
+        s = r.snapshot()
+        return ReachabilityStatus(verdict=str(s.verdict), servers=s.servers, reached=s.reached,
+                                  not_reached=s.not_reached, checked_s_ago=s.checked_s_ago,
+                                  last_error=s.last_error)
