@@ -66,7 +66,10 @@ def measure(root: Path, read_at: list[int], base_port: int) -> dict[str, Any]:
 
         wait_for(all_reached, STARTUP_TIMEOUT_S + 4 * max(read_at), f"{read_at} rounds",
                  nodes)
-        caches = {n.name: len(status(n)["cache"]) for n in nodes}
+        # Both groups name their nodes node0-3: keyed by group too. The mesh gossiped (3
+        # entries each), the isolated ones never did (0), as the test asserts.
+        caches = {f"{g}/{n.name}": len(status(n)["cache"])
+                  for g, ns in (("mesh", mesh), ("isolated", alone)) for n in ns}
     finally:
         for n in running:
             if n.proc is not None and n.proc.poll() is None:
