@@ -60,7 +60,9 @@ def fedcache_keys() -> str:
         if label.startswith("**"):  # the default, in bold as its row label
             cells = [f"**{c}**" for c in cells]
         rows.append([label, *cells])
-    return _table(["space", "FashionMNIST agreement / kNN", "MNIST agreement / kNN"], rows)
+    table = _table(["space", "FashionMNIST agreement / kNN", "MNIST agreement / kNN"], rows)
+    return "\n\n".join([table, *(f"{r['dataset']}: " + _provenance(r) for r in runs
+                                  if "provenance" in r)])
 
 
 # ------------------------------------------------------------- cordial learning (§6.1, §6.2.1)
