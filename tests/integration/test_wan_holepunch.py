@@ -1,0 +1,96 @@
+"""Two NAT'd daemons that know nothing but a relay, hole-punched (issue 27 item 3): one daemon
+behind each site's router, both endpoint-independent and dropping unsolicited SYNs
+(tests/net/wan.py's :func:`punchable`), each configured with ``[network] relays = [<a peerd
+relay on the public segment>]`` and ``hole_punch = true`` and nothing else (no mDNS, no
+static or bootstrap peers). They meet through the relay, DCUtR (peerd/net/dcutr.py) punches a
+direct connection, and ``peerd peers --json`` on each side ends with the other's path
+``hole-punched`` over a direct connection to the other router, each caching the other's
+entry. The times are printed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.mesh import (
+    PEERD,
+    STARTUP_TIMEOUT_S,
+    Node,
+    cached_origins,
+    make_fleet,
+    start,
+    wait_for,
+    write_overrides,
+)
+from tests.integration.relay_sites import start_relay, stop_relay
+from tests.net.wan import Wan, punchable, skip_reason, wan
+
+
+@pytest.fixture
+def net() -> Iterator[Wan]:
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with wan((1, 1), 1) as w:
+        punchable(w)
+        yield w
+
+
+def _peers(node: Node) -> list[dict[str, Any]]:
+    """``peerd peers --json`` of ``node`` (empty when it does not answer)."""
+    out = subprocess.run([*PEERD, "peers", "--socket", str(node.socket), "--json"],
+                         capture_output=True, text=True, timeout=30, check=False)
+    if out.returncode != 0:
+        return []
+    parsed = json.loads(out.stdout)
+    peers: list[dict[str, Any]] = parsed["peers"] if isinstance(parsed, dict) else parsed
+    return peers
+
+
+def _path(node: Node, other: Node) -> str | None:
+    return next((p.get("path") for p in _peers(node) if p["id"] == other.id), None)
+
+
+def test_two_natd_sites_with_only_a_relay_end_hole_punched(
+        tmp_path: Path, net: Wan, running: list[Node]) -> None:
+    relay, relay_addr = start_relay(net.public[0], tmp_path / "relay")
+    try:
+        a0, b0 = make_fleet(tmp_path, 2,
+                            hosts=[net.sites["a"].hosts[0], net.sites["b"].hosts[0]],
+                            base_port=4011, learning={"local_steps": 2})
+        for node in (a0, b0):
+            write_overrides(node.config, network={
+                "mdns": False, "static_peers": [], "bootstrap": [], "relays": [relay_addr],
+                "hole_punch": True})
+        t0 = time.monotonic()
+        start((a0, b0), running)
+        wait_for(lambda: a0.status() is not None and b0.status() is not None,
+                 STARTUP_TIMEOUT_S, "both daemons to answer", [a0, b0])
+        up = time.monotonic()
+        wait_for(lambda: _path(a0, b0) == "hole-punched" and _path(b0, a0) == "hole-punched",
+                 60, "each to show the other's path as hole-punched", [a0, b0])
+        punched = time.monotonic()
+        wait_for(lambda: b0.id in cached_origins(a0) and a0.id in cached_origins(b0), 60,
+                 "each site to cache the other's entry", [a0, b0])
+        met = time.monotonic()
+        # The punched connection runs router to router, not through the relay: site a's
+        # router tracks an established TCP flow with site b's public address (the relay's
+        # flows go to 203.0.113.10).
+        flows = subprocess.run(net.sites["a"].router.command(
+            ["conntrack", "-L", "-p", "tcp", "--state", "ESTABLISHED"]),
+            capture_output=True, text=True, timeout=30, check=True).stdout
+        assert f"dst={net.sites['b'].router.address} " in flows, flows
+        for node, other in ((a0, b0), (b0, a0)):
+            assert _path(node, other) == "hole-punched"
+    finally:
+        stop_relay(relay)
+    print(f"two NAT'd sites, relay + hole_punch: both answering {up - t0:.1f} s after start, "
+          f"both hole-punched {punched - t0:.1f} s, each caching the other's entry "
+          f"{met - t0:.1f} s after start", file=sys.stderr)
