@@ -5,7 +5,8 @@ relay on the public segment>]`` and ``hole_punch = true`` and nothing else (no m
 static or bootstrap peers). They meet through the relay, DCUtR (peerd/net/dcutr.py) punches a
 direct connection, and ``peerd peers --json`` on each side ends with the other's path
 ``hole-punched`` over a direct connection to the other router, each caching the other's
-entry. The times are printed."""
+entry, and the sessions that follow run over the punched connection (the routers' flow byte
+counts). The times are printed."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from tests.integration.mesh import (
     wait_for,
     write_overrides,
 )
-from tests.integration.relay_sites import start_relay, stop_relay
+from tests.integration.relay_sites import sessions, start_relay, stop_relay
 from tests.net.wan import Wan, punchable, skip_reason, wan
 
 
@@ -40,6 +41,9 @@ def net() -> Iterator[Wan]:
         pytest.skip(reason)
     with wan((1, 1), 1) as w:
         punchable(w)
+        # Byte counts per flow (per namespace; off by default): which path the sessions take.
+        subprocess.run(w.sites["a"].router.command(
+            ["sysctl", "-qw", "net.netfilter.nf_conntrack_acct=1"]), check=True, timeout=30)
         yield w
 
 
@@ -54,6 +58,20 @@ def _peers(node: Node) -> list[dict[str, Any]]:
     return peers
 
 
+def _flow_bytes(net: Wan) -> dict[str, int]:
+    """Bytes (both directions) site a's router counted on its TCP flows with site b's public
+    address (``direct``) and with the relay (``relay``)."""
+    out = subprocess.run(net.sites["a"].router.command(["conntrack", "-L", "-p", "tcp"]),
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    peers = {"direct": net.sites["b"].router.address, "relay": net.public[0].address}
+    total = dict.fromkeys(peers, 0)
+    for line in out.splitlines():
+        for kind, ip in peers.items():
+            if f" dst={ip} " in line:
+                total[kind] += sum(int(w[6:]) for w in line.split() if w.startswith("bytes="))
+    return total
+
+
 def _path(node: Node, other: Node) -> str | None:
     return next((p.get("path") for p in _peers(node) if p["id"] == other.id), None)
 
@@ -61,6 +79,7 @@ def _path(node: Node, other: Node) -> str | None:
 def test_two_natd_sites_with_only_a_relay_end_hole_punched(
         tmp_path: Path, net: Wan, running: list[Node]) -> None:
     relay, relay_addr = start_relay(net.public[0], tmp_path / "relay")
+    direct = relayed = -1
     try:
         a0, b0 = make_fleet(tmp_path, 2,
                             hosts=[net.sites["a"].hosts[0], net.sites["b"].hosts[0]],
@@ -80,17 +99,22 @@ def test_two_natd_sites_with_only_a_relay_end_hole_punched(
         wait_for(lambda: b0.id in cached_origins(a0) and a0.id in cached_origins(b0), 60,
                  "each site to cache the other's entry", [a0, b0])
         met = time.monotonic()
-        # The punched connection runs router to router, not through the relay: site a's
-        # router tracks an established TCP flow with site b's public address (the relay's
-        # flows go to 203.0.113.10).
-        flows = subprocess.run(net.sites["a"].router.command(
-            ["conntrack", "-L", "-p", "tcp", "--state", "ESTABLISHED"]),
-            capture_output=True, text=True, timeout=30, check=True).stdout
-        assert f"dst={net.sites['b'].router.address} " in flows, flows
+        # The sessions run over the punched connection, router to router, not through the
+        # relay: over two fresh sessions, site a's router counts more bytes on the flow with
+        # site b's public address than on its flows with the relay (203.0.113.10).
+        before = _flow_bytes(net)
+        done = sessions(a0, b0.id) + sessions(b0, a0.id)
+        wait_for(lambda: sessions(a0, b0.id) + sessions(b0, a0.id) >= done + 2, 60,
+                 "two more sessions between the sites", [a0, b0])
+        after = _flow_bytes(net)
+        direct = after["direct"] - before["direct"]
+        relayed = after["relay"] - before["relay"]
+        assert direct > relayed, (before, after)
         for node, other in ((a0, b0), (b0, a0)):
             assert _path(node, other) == "hole-punched"
     finally:
         stop_relay(relay)
     print(f"two NAT'd sites, relay + hole_punch: both answering {up - t0:.1f} s after start, "
           f"both hole-punched {punched - t0:.1f} s, each caching the other's entry "
-          f"{met - t0:.1f} s after start", file=sys.stderr)
+          f"{met - t0:.1f} s after start; over the next two sessions {direct} bytes on the "
+          f"punched flow, {relayed} through the relay", file=sys.stderr)
