@@ -147,6 +147,11 @@ def test_tables_are_bounded_and_swept_and_punches_follow_their_connection() -> N
             await a.connect(b.peer_id, [f"/ip4/127.0.0.1/tcp/{b.port}"])
             punch._note(b_id)
             assert dcutr_upgraded(a.host) == frozenset({b.peer_id})
+            # Another connection of b's closing (the relayed leg, 60 s after a punch) makes
+            # the library forget b; the punched connection is still open: still punched.
+            punch.on_peer_disconnected(b_id)
+            assert b_id not in punch._direct_connections
+            assert dcutr_upgraded(a.host) == frozenset({b.peer_id})
             await a.disconnect(b.peer_id)
             with trio.fail_after(5):
                 while a.is_connected(b.peer_id):  # noqa: ASYNC110
