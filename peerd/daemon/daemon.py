@@ -438,7 +438,10 @@ class Daemon(Gossiping):
                                     "transfers_resumed": self._partials.resumed,
                                     "bytes_not_resent": self._partials.bytes_saved,
                                     **self.gossip_counts},
-                            libp2p=None if t is None else t.library_tables.counts(),
+                            libp2p=None if t is None else {
+                                **t.library_tables.counts(),
+                                **({} if self.hole_punch is None
+                                   else self.hole_punch.counts())},
                             views=self.mode.status_block(self.now()),
                             learner=self.mode.learner_block()
                             if isinstance(self.mode, WeightsMode) else None,

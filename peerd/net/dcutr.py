@@ -100,6 +100,12 @@ class HolePunch(DCUtRProtocol):
         return frozenset(str(peer) for peer, mine in list(self._punched.items())
                          if any(c in conns.get(peer, []) for c in mine))
 
+    def counts(self) -> dict[str, int]:
+        """For ``peerd status --json``'s ``libp2p`` block (``dcutr_*`` keys)."""
+        return {"dcutr_refused": self.refused, "dcutr_busy": self.busy,
+                "dcutr_punches": self.punches, "dcutr_punched": len(self.punched_peers()),
+                "dcutr_tracked": self.tracked()}
+
     def tracked(self) -> int:
         """Peers in DCUtR's largest per-peer table now (for the bound's test)."""
         return max(len(t) for t in self._tables())

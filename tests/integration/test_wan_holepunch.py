@@ -112,6 +112,9 @@ def test_two_natd_sites_with_only_a_relay_end_hole_punched(
         assert direct > relayed, (before, after)
         for node, other in ((a0, b0), (b0, a0)):
             assert _path(node, other) == "hole-punched"
+            lib = node.status()["libp2p"]  # type: ignore[index]
+            assert lib["dcutr_punched"] == 1, lib
+            assert lib["dcutr_punches"] >= 1, lib
     finally:
         stop_relay(relay)
     print(f"two NAT'd sites, relay + hole_punch: both answering {up - t0:.1f} s after start, "
