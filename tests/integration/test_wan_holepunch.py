@@ -43,7 +43,8 @@ def net() -> Iterator[Wan]:
         punchable(w)
         # Byte counts per flow (per namespace; off by default): which path the sessions take.
         subprocess.run(w.sites["a"].router.command(
-            ["sysctl", "-qw", "net.netfilter.nf_conntrack_acct=1"]), check=True, timeout=30)
+            ["sh", "-c", "echo 1 > /proc/sys/net/netfilter/nf_conntrack_acct"]),
+            check=True, timeout=30)
         yield w
 
 
@@ -78,8 +79,9 @@ def _path(node: Node, other: Node) -> str | None:
 
 def test_two_natd_sites_with_only_a_relay_end_hole_punched(
         tmp_path: Path, net: Wan, running: list[Node]) -> None:
+    t_relay = time.monotonic()
     relay, relay_addr = start_relay(net.public[0], tmp_path / "relay")
-    direct = relayed = -1
+    relay_up = time.monotonic() - t_relay
     try:
         a0, b0 = make_fleet(tmp_path, 2,
                             hosts=[net.sites["a"].hosts[0], net.sites["b"].hosts[0]],
@@ -88,6 +90,7 @@ def test_two_natd_sites_with_only_a_relay_end_hole_punched(
             write_overrides(node.config, network={
                 "mdns": False, "static_peers": [], "bootstrap": [], "relays": [relay_addr],
                 "hole_punch": True})
+        fleet_made = time.monotonic() - t_relay - relay_up
         t0 = time.monotonic()
         start((a0, b0), running)
         wait_for(lambda: a0.status() is not None and b0.status() is not None,
@@ -107,6 +110,7 @@ def test_two_natd_sites_with_only_a_relay_end_hole_punched(
         wait_for(lambda: sessions(a0, b0.id) + sessions(b0, a0.id) >= done + 2, 60,
                  "two more sessions between the sites", [a0, b0])
         after = _flow_bytes(net)
+        two_more = time.monotonic() - met
         direct = after["direct"] - before["direct"]
         relayed = after["relay"] - before["relay"]
         assert direct > relayed, (before, after)
@@ -115,9 +119,11 @@ def test_two_natd_sites_with_only_a_relay_end_hole_punched(
             lib = node.status()["libp2p"]  # type: ignore[index]
             assert lib["dcutr_punched"] == 1, lib
             assert lib["dcutr_punches"] >= 1, lib
+        print(f"two NAT'd sites, relay + hole_punch: relay serving after {relay_up:.1f} s, "
+              f"fleet and configs made in {fleet_made:.1f} s; both answering "
+              f"{up - t0:.1f} s after start, both hole-punched {punched - t0:.1f} s, each "
+              f"caching the other's entry {met - t0:.1f} s; over the next two sessions "
+              f"({two_more:.1f} s) {direct} bytes on the punched flow, {relayed} through "
+              "the relay", file=sys.stderr)
     finally:
         stop_relay(relay)
-    print(f"two NAT'd sites, relay + hole_punch: both answering {up - t0:.1f} s after start, "
-          f"both hole-punched {punched - t0:.1f} s, each caching the other's entry "
-          f"{met - t0:.1f} s after start; over the next two sessions {direct} bytes on the "
-          f"punched flow, {relayed} through the relay", file=sys.stderr)
