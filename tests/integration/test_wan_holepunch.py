@@ -77,19 +77,31 @@ def _path(node: Node, other: Node) -> str | None:
     return next((p.get("path") for p in _peers(node) if p["id"] == other.id), None)
 
 
+def _pair(tmp_path: Path, net: Wan, relay_addr: str) -> tuple[Node, Node]:
+    a0, b0 = make_fleet(tmp_path, 2, hosts=[net.sites["a"].hosts[0], net.sites["b"].hosts[0]],
+                        base_port=4011, learning={"local_steps": 2})
+    for node in (a0, b0):
+        write_overrides(node.config, network={
+            "mdns": False, "static_peers": [], "bootstrap": [], "relays": [relay_addr],
+            "hole_punch": True})
+    return a0, b0
+
+
+def _until_punched(a0: Node, b0: Node, running: list[Node]) -> None:
+    start((a0, b0), running)
+    wait_for(lambda: a0.status() is not None and b0.status() is not None,
+             STARTUP_TIMEOUT_S, "both daemons to answer", [a0, b0])
+    wait_for(lambda: _path(a0, b0) == "hole-punched" and _path(b0, a0) == "hole-punched",
+             60, "each to show the other's path as hole-punched", [a0, b0])
+
+
 def test_two_natd_sites_with_only_a_relay_end_hole_punched(
         tmp_path: Path, net: Wan, running: list[Node]) -> None:
     t_relay = time.monotonic()
     relay, relay_addr = start_relay(net.public[0], tmp_path / "relay")
     relay_up = time.monotonic() - t_relay
     try:
-        a0, b0 = make_fleet(tmp_path, 2,
-                            hosts=[net.sites["a"].hosts[0], net.sites["b"].hosts[0]],
-                            base_port=4011, learning={"local_steps": 2})
-        for node in (a0, b0):
-            write_overrides(node.config, network={
-                "mdns": False, "static_peers": [], "bootstrap": [], "relays": [relay_addr],
-                "hole_punch": True})
+        a0, b0 = _pair(tmp_path, net, relay_addr)
         fleet_made = time.monotonic() - t_relay - relay_up
         t0 = time.monotonic()
         start((a0, b0), running)
@@ -125,5 +137,24 @@ def test_two_natd_sites_with_only_a_relay_end_hole_punched(
               f"caching the other's entry {met - t0:.1f} s; over the next two sessions "
               f"({two_more:.1f} s) {direct} bytes on the punched flow, {relayed} through "
               "the relay", file=sys.stderr)
+    finally:
+        stop_relay(relay)
+
+
+@pytest.mark.slow
+def test_the_path_stays_hole_punched_after_the_relayed_leg_closes(
+        tmp_path: Path, net: Wan, running: list[Node]) -> None:
+    """py-libp2p closes the relayed connection 60 s after a punch and then forgets the peer
+    was punched (mend 16): the path must still read hole-punched, and entries still flow."""
+    relay, relay_addr = start_relay(net.public[0], tmp_path / "relay")
+    try:
+        a0, b0 = _pair(tmp_path, net, relay_addr)
+        _until_punched(a0, b0, running)
+        time.sleep(75)  # RELAY_CLOSE_GRACE_PERIOD (60 s) and a sweep
+        done = sessions(a0, b0.id) + sessions(b0, a0.id)
+        wait_for(lambda: sessions(a0, b0.id) + sessions(b0, a0.id) >= done + 2, 60,
+                 "two more sessions between the sites", [a0, b0])
+        for node, other in ((a0, b0), (b0, a0)):
+            assert _path(node, other) == "hole-punched", _peers(node)
     finally:
         stop_relay(relay)
