@@ -298,7 +298,11 @@ class Status:
     #: holds, at most 2,048), "per_peer_entries" (in all its per-peer tables), "connections",
     #: "identified", and since start "forgotten" (outsiders dropped once disconnected),
     #: "evicted" (peerstore entries evicted by the bound) and "handler_errors" (library
-    #: stream handlers that raised: fenced, the stream reset). Empty before the host is up.
+    #: stream handlers that raised: fenced, the stream reset); with ``[network] hole_punch``
+    #: also DCUtR's (mend 16): "dcutr_refused" (streams of non-members reset unread),
+    #: "dcutr_busy" (streams reset as one too many at once), "dcutr_punches" (direct
+    #: connections it opened), "dcutr_punched" (peers punched now), "dcutr_tracked" (peers
+    #: in its largest per-peer table). Empty before the host is up.
     libp2p: Mapping[str, int] = field(default_factory=dict)
     #: Cordial mode (``[learning] mode = "cordial"``): whose views are held, for how many of
     #: the current ids; None in the other modes.

@@ -28,12 +28,13 @@ import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from peerd.mesh.netns import IP_CMD_TIMEOUT_S, Host, unavailable
 
-__all__ = ["PUBLIC_SUBNET", "Link", "Site", "Wan", "cut", "skip_reason", "wan"]
+__all__ = ["PUBLIC_SUBNET", "Link", "Site", "Wan", "cut", "drop_unsolicited", "punchable",
+           "skip_reason", "wan"]
 
 PUBLIC_SUBNET = "203.0.113"
 #: Site ``a`` keeps a flow's port (endpoint-independent), ``b`` randomises it per flow.
@@ -216,3 +217,25 @@ def wan(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int
     finally:
         for name in reversed(created):
             _ip("netns", "del", name, check=False)
+
+
+def punchable(w: Wan, *, routers_drop: bool = True) -> None:
+    """Make site b endpoint-independent too (its ``--random-fully`` rule replaced by plain
+    MASQUERADE) and, with ``routers_drop``, have both routers drop unsolicited SYNs to their
+    own address, as many home routers do, instead of answering them with a RST (whose
+    passage back through the other NAT ends the mapping the other side's SYN has just
+    opened): the two sites between which DCUtR hole punching works
+    (docs/transport.md, "DCUtR")."""
+    rt = w.sites["b"].router.command
+    _run(rt(["iptables", "-t", "nat", "-F", "POSTROUTING"]))
+    _run(rt(["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "wan0", "-j", "MASQUERADE"]))
+    w.sites["b"] = replace(w.sites["b"], random_fully=False)
+    if routers_drop:
+        drop_unsolicited(w)
+
+
+def drop_unsolicited(w: Wan) -> None:
+    """Both routers drop an unsolicited SYN to their own address (see :func:`punchable`)."""
+    for site in w.sites.values():
+        _run(site.router.command(["iptables", "-A", "INPUT", "-i", "wan0", "-m", "conntrack",
+                                  "--ctstate", "NEW,INVALID", "-j", "DROP"]))
