@@ -141,7 +141,7 @@ def test_two_natd_sites_with_only_a_relay_end_hole_punched(
         stop_relay(relay)
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 107-142 s on 2 loaded cores; the test above is the CI form
 def test_the_path_stays_hole_punched_after_the_relayed_leg_closes(
         tmp_path: Path, net: Wan, running: list[Node]) -> None:
     """py-libp2p closes the relayed connection 60 s after a punch and then forgets the peer

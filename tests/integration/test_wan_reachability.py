@@ -48,7 +48,7 @@ def _verdict(node: Node) -> Any:
         else s["reachability"]["verdict"]
 
 
-@pytest.mark.slow  # ~60 s on 2 loaded cores; tests/net/test_autonat_netns.py is the short form
+@pytest.mark.long  # ~60 s on 2 loaded cores; tests/net/test_autonat_netns.py is the CI form
 def test_the_public_member_is_public_and_the_natd_one_private(
         tmp_path: Path, net: Wan, running: list[Node]) -> None:
     proc, relay = start_relay(net.public[0], tmp_path / "relay")
