@@ -3,7 +3,8 @@
 Agents' models live as rows of one ``[A, D]`` float32 matrix in the core's flat layout
 (:func:`peerd.core.entry.flatten` order), which is what :func:`peerd.core.blend.blend_rows`
 blends. Training converts that matrix to stacked named tensors ``[A, *shape]`` and calls
-:func:`peerd.core.local_update.batched_local_update` (vmap over agents); the per-agent loop
+:func:`peerd.core.local_update.batched_local_update` (all agents at once: vmap, or a forward
+pass written over stacked parameters, :mod:`peerd.sim.stacked`); the per-agent loop
 (:func:`train_loop`) calls :func:`peerd.core.local_update.local_update` one agent at a time and
 exists as the benchmark's baseline and as the reference the batched path is tested against;
 its loop (:func:`train_each`) also carries the FedBSS curriculum (:mod:`peerd.sim.engine`).
@@ -29,6 +30,7 @@ from peerd.core.local_update import (
     local_update,
     sample_batches,
 )
+from peerd.sim.stacked import stacked_forward
 
 
 def model_schema(model: nn.Module) -> Schema:
@@ -126,8 +128,13 @@ def train_batched(
     rho: float,
     loss: LossName = "cross_entropy",
     agents_per_call: int = 0,
+    stacked: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Train every row of ``matrix`` on its agent's batches; returns (new matrix, mean loss).
+
+    Where :mod:`peerd.sim.stacked` writes the model's forward pass over stacked parameters
+    (the paper's CNN, the MLPs) it is differentiated by plain autograd; otherwise, or with
+    ``stacked=False``, by vmap over ``functional_call``.
 
     Agents with fewer samples than the batch size draw smaller batches; vmap needs one batch
     shape, so agents are grouped by batch size (one group in the common case). Groups are cut
@@ -137,6 +144,7 @@ def train_batched(
     instead of faulting in fresh pages every step.
     """
     agents = matrix.shape[0]
+    forward = stacked_forward(model) if stacked else None
     new = torch.empty_like(matrix)
     losses = torch.empty(agents)
     sizes = np.array([b.shape[1] if b.dim() == 2 else 0 for b in batches])
@@ -155,7 +163,7 @@ def train_batched(
         rows = matrix if whole else matrix[torch.from_numpy(group)]
         trained, group_loss = batched_local_update(
             model, matrix_to_stack(rows, schema, copy=False), GatheredBatches(x, idx), y[idx],
-            lr=lr, rho=rho, loss=loss)
+            lr=lr, rho=rho, loss=loss, forward=forward)
         if whole:
             stack_to_matrix(trained, schema, out=new)
         else:
