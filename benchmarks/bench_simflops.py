@@ -174,8 +174,10 @@ def render(r: dict[str, Any]) -> str:
         "",
         "The batched step: each of the K steps is one forward and backward pass for all "
         "agents of a batch size, or for as many as keep autograd's saved activations within "
-        "128 MB (`peerd.sim.train.ACTIVATION_BUDGET`: the CNN saves ~58k floats a sample, so "
-        "9 agents of 64 images a call; the MLPs stay one call). For these models the forward "
+        "48 MB for a stacked forward pass (`peerd.sim.train.STACKED_ACTIVATION_BUDGET`: the "
+        "CNN saves ~58k floats a sample, so 3 agents of 64 images a call, where 9 a call ran "
+        "at 0.4× the speed, one thread of two busy; the MLPs stay one call; 128 MB through vmap, "
+        "9 CNN agents a call). For these models the forward "
         "pass is written over the stacked parameters (`peerd.sim.stacked`) and differentiated "
         "by plain autograd: the dense layers are one `baddbmm` for all agents; the CNN's two "
         "conv blocks run agent by agent (plain `conv2d` on each agent's 64 images, max-pool "
