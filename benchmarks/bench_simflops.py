@@ -6,8 +6,9 @@ docs/reproduction/simflops.json).
 
 In one process it measures (a) a dense float32 ``torch.matmul`` of two n×n matrices
 (n = 1024; 2·n³ FLOP a call) and (b) the simulator's *useful* FLOP/s on one batched round
-through its real training path, :func:`peerd.sim.train.train_batched` (vmap over agents via
-:func:`peerd.core.local_update.batched_local_update`), and for the CNN also through the
+through its real training path, :func:`peerd.sim.train.train_batched` (all agents at once
+via :func:`peerd.core.local_update.batched_local_update`, with the stacked forward passes of
+:mod:`peerd.sim.stacked`), and for the CNN also through the
 per-agent loop :func:`peerd.sim.train.train_loop`. Useful FLOP per agent-step is
 6 · params · batch: the forward pass is one multiply-add (2 FLOP) per parameter per sample,
 the backward pass twice that (gradient with respect to the activations and to the weights).
@@ -76,7 +77,10 @@ def round_flops(dataset: str, kind: str, agents: int, steps: int, repeat: int,
     rows = [int(b.shape[1]) for b in batches]
     fns: dict[str, Callable[[], object]] = {
         "batched": lambda: train_batched(model, matrix, schema, ds.x_train, ds.y_train,
-                                         batches, lr=0.1, rho=0.01)}
+                                         batches, lr=0.1, rho=0.01),
+        # The same call through vmap instead of the stacked forward pass: the step it replaced.
+        "vmap": lambda: train_batched(model, matrix, schema, ds.x_train, ds.y_train, batches,
+                                      lr=0.1, rho=0.01, stacked=False)}
     if loop:
         fns["loop"] = lambda: train_loop(
             model, matrix, schema, ds.x_train, ds.y_train, parts, steps=steps,
@@ -137,8 +141,9 @@ def render(r: dict[str, Any]) -> str:
         "lower bound for the CNN, whose kernels are reused at every pixel). Timed: one call "
         "of the simulator's training function for the whole round (flat matrix to stacked "
         "parameters, batch gather, K proximal steps with ρ = 0.01, back to the matrix); best "
-        f"of {r['repeat']} interleaved repetitions (the CNN: best of 3, loop and batched "
-        "alternating). Goals: batched ≥ 0.8× the bound for the "
+        f"of {r['repeat']} interleaved repetitions (the CNN: best of 3, the paths "
+        "alternating); path *vmap* is the same call with `stacked=False`, the step this one "
+        "replaced. Goals: batched ≥ 0.8× the bound for the "
         "MLPs; batched ≥ the per-agent loop for the CNN.",
         "",
         "| data / model | params | N | K | batch | path | s per round | agent-steps/s "
@@ -146,7 +151,7 @@ def render(r: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for run in r["runs"]:
-        paths = ["batched"] + (["loop"] if "loop_s" in run else [])
+        paths = [p for p in ("batched", "vmap", "loop") if f"{p}_s" in run]
         for p in paths:
             vs = (f"{run['loop_s'] / run['batched_s']:.2f}×"
                   if p == "batched" and "loop_s" in run else "")
@@ -167,31 +172,35 @@ def render(r: dict[str, Any]) -> str:
         f"({mlp_ratios}); CNN batched ≥ loop: **{'met' if cnn_met else 'not met'}** "
         f"(batched / loop {cnn_ratios}).",
         "",
-        "The batched step: each of the K steps is one `vmap(grad_and_value(...))` call for all "
+        "The batched step: each of the K steps is one forward and backward pass for all "
         "agents of a batch size, or for as many as keep autograd's saved activations within "
-        "128 MB (`peerd.sim.train.ACTIVATION_BUDGET`: the CNN saves ~58k floats a sample, so "
-        "9 agents of 64 images a call; the MLPs stay one call), then the proximal step "
+        "48 MB for a stacked forward pass (`peerd.sim.train.STACKED_ACTIVATION_BUDGET`: the "
+        "CNN saves ~58k floats a sample, so 3 agents of 64 images a call, where 9 a call ran "
+        "at 0.4× the speed, one thread of two busy; the MLPs stay one call; 128 MB through vmap, "
+        "9 CNN agents a call). For these models the forward "
+        "pass is written over the stacked parameters (`peerd.sim.stacked`) and differentiated "
+        "by plain autograd: the dense layers are one `baddbmm` for all agents; the CNN's two "
+        "conv blocks run agent by agent (plain `conv2d` on each agent's 64 images, max-pool "
+        "before ReLU, which gives the same values on a quarter of the pixels). Before, the "
+        "step was `vmap(grad_and_value(functional_call(...)))`, which turns the convolutions "
+        "into grouped convolutions with layout copies around the first block (`python -m "
+        "benchmarks.profile_simcnn`); grouped convolutions written directly and im2col + "
+        "`baddbmm` for the first block were slower than per-agent convolutions in CPU time "
+        "(one thread, 18 agents; not committed as an output). Then the proximal step "
         "x ← lerp(x, x̄, lr·ρ) − lr·g (the same value as x − lr·(g + ρ·(x − x̄))) in place over "
         "the stacked parameters with `torch._foreach_lerp_` and `torch._foreach_add_`: two "
         "passes over memory and no temporaries. Each step's batch is gathered into one reused "
-        "buffer rather than the whole round's K·N·B samples at once (200 MB of fresh pages for "
-        "the MNIST rounds). Before that, a torch.profiler run over one MNIST-MLP round (not "
-        "committed as an output) put the elementwise step `p − lr·(g + ρ·(p − x̄))`, five "
-        "fresh tensors per stacked parameter, above the matrix products in self CPU time, "
-        "and the whole-round gather after them. The CNN's batched round loses to the loop in "
-        "its convolutions: under vmap they become grouped convolutions, with layout copies, "
-        "bias and ReLU passes around the first block that the loop does not have "
-        "(`python -m benchmarks.profile_simcnn` prints the profile by op and shape); "
-        "channels-last, oneDNN off and im2col for both blocks did not help, and running the "
-        "convolutions per agent inside the batched step is not built. What is left: the batched matrix products themselves (for "
+        "buffer. What is left for the MLPs: the batched matrix products themselves (for "
         "these shapes, 100 GEMMs of 64 × 784 × 64 a layer, `bmm` runs below the 1024² "
-        "matmul's rate), the two step passes, and the small elementwise ops on activations "
-        "(ReLU, log-softmax, bias sums), each a parallel region that a loaded machine "
-        "stretches to milliseconds. The digits MLP (4,810 parameters, 6–24 samples per agent, "
-        "so four batch-size groups per step) is per-call overhead, not arithmetic: its useful "
-        "work is a few milliseconds of matmul a round. Counting 6 · params · batch also "
-        "credits the first layer's input gradient, which is never computed (its input needs "
-        "none): the MLP ratios overstate the share of the matmul rate the products reach.",
+        "matmul's rate), the two step passes over the stacked parameters (the MNIST MLP's "
+        "first layer is 100 × 784 × 64 floats, 20 MB, read twice and written twice a step), "
+        "the batch gather (6,400 images, 20 MB a step), and the small elementwise ops on "
+        "activations, each a parallel region that a loaded machine stretches to milliseconds. "
+        "The digits MLP (4,810 parameters, 6–24 samples per agent, so four batch-size groups "
+        "per step) is per-call overhead, not arithmetic: its useful work is a few "
+        "milliseconds of matmul a round. Counting 6 · params · batch also credits the first "
+        "layer's input gradient, which is never computed (its input needs none): the MLP "
+        "ratios overstate the share of the matmul rate the products reach.",
     ]
     if "provenance" in r:
         lines += ["", _provenance.line(r["provenance"])]

@@ -222,6 +222,47 @@ class GatheredBatches:
         return out.view(self.shape[1:])
 
 
+#: (stacked params, inputs ``[A, B, ...]``) -> outputs ``[A, B, ...]``: one architecture's
+#: forward pass over A stacked models.
+StackedForward = Callable[[Mapping[str, torch.Tensor], torch.Tensor], torch.Tensor]
+StepGrad = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor],
+                    tuple[dict[str, torch.Tensor], torch.Tensor]]
+
+
+def _stacked_grad(
+    forward: StackedForward, criterion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> StepGrad:
+    """What ``vmap(grad_and_value(task_loss))`` returns, by plain autograd over ``forward``.
+
+    The gradient of the *sum* of the agents' mean losses: agent a's parameters reach only
+    agent a's loss, so each stacked slice gets exactly its own agent's gradient.
+    """
+
+    def step(
+        current: dict[str, torch.Tensor], x: torch.Tensor, t: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        names = list(current)
+        leaves = {n: current[n].detach().requires_grad_() for n in names}
+        out = forward(leaves, x)
+        values = _per_agent(criterion, out, t)
+        grads = torch.autograd.grad(values.sum(), [leaves[n] for n in names])
+        return dict(zip(names, grads, strict=True)), values.detach()
+
+    return step
+
+
+def _per_agent(
+    criterion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    out: torch.Tensor, t: torch.Tensor,
+) -> torch.Tensor:
+    """``[criterion(out[a], t[a]) for a]``: each agent's own mean, as local_update takes it on
+    one agent's batch; cross-entropy as one call for all agents rather than A."""
+    if criterion is nn.functional.cross_entropy:
+        per = nn.functional.cross_entropy(out.flatten(0, 1), t.flatten(0, 1), reduction="none")
+        return per.view(out.shape[0], -1).mean(dim=1)
+    return torch.stack([criterion(out[a], t[a]) for a in range(out.shape[0])])
+
+
 #: What the batched updates take as inputs: a ``[K, A, B, ...]`` tensor or the same gathered
 #: lazily, one step at a time.
 StepInputs = torch.Tensor | GatheredBatches
@@ -237,6 +278,7 @@ def batched_local_update(
     rho: float,
     loss: LossName,
     anchor: Mapping[str, torch.Tensor] | None = None,
+    forward: StackedForward | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """K proximal steps for A stacked models at once.
 
@@ -246,6 +288,11 @@ def batched_local_update(
     Returns the new stacked parameters (fresh tensors: ``params`` and ``anchor`` are left as
     they were) and the mean task loss per agent ``[A]``. Same step rule as
     :func:`local_update`, to float32 rounding (:func:`stacked_step_`).
+
+    ``forward`` (stacked params, inputs ``[A, B, ...]``) -> outputs ``[A, B, ...]`` is the
+    architecture's forward pass written over stacked parameters (e.g.
+    :mod:`peerd.sim.stacked`); plain autograd then differentiates it instead of
+    ``vmap(functional_call(model, ...))``. It must compute what ``model`` computes.
     """
     if rho < 0 or lr <= 0:
         raise ValueError(f"need rho >= 0 and lr > 0 (got rho={rho}, lr={lr})")
@@ -254,7 +301,8 @@ def batched_local_update(
     def task_loss(p: dict[str, torch.Tensor], x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return criterion(functional_call(model, p, (x,)), t)
 
-    step_grad = vmap(grad_and_value(task_loss))
+    step_grad = (vmap(grad_and_value(task_loss)) if forward is None
+                 else _stacked_grad(forward, criterion))
     # One private copy, stepped in place; the caller's tensors stay x̄ (contiguous whatever
     # the caller's strides, e.g. column slices of the simulator's [A, D] matrix).
     current = {n: t.detach().clone(memory_format=torch.contiguous_format)

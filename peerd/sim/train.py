@@ -3,7 +3,8 @@
 Agents' models live as rows of one ``[A, D]`` float32 matrix in the core's flat layout
 (:func:`peerd.core.entry.flatten` order), which is what :func:`peerd.core.blend.blend_rows`
 blends. Training converts that matrix to stacked named tensors ``[A, *shape]`` and calls
-:func:`peerd.core.local_update.batched_local_update` (vmap over agents); the per-agent loop
+:func:`peerd.core.local_update.batched_local_update` (all agents at once: vmap, or a forward
+pass written over stacked parameters, :mod:`peerd.sim.stacked`); the per-agent loop
 (:func:`train_loop`) calls :func:`peerd.core.local_update.local_update` one agent at a time and
 exists as the benchmark's baseline and as the reference the batched path is tested against;
 its loop (:func:`train_each`) also carries the FedBSS curriculum (:mod:`peerd.sim.engine`).
@@ -29,6 +30,7 @@ from peerd.core.local_update import (
     local_update,
     sample_batches,
 )
+from peerd.sim.stacked import stacked_forward
 
 
 def model_schema(model: nn.Module) -> Schema:
@@ -96,6 +98,12 @@ def draw_batches(
 #: ~1.5 GB and ran in 14.1 s all at once against 7.4 s in calls of 10 agents (and 11.6 s of
 #: 25), one run on the loaded 2-core machine; the MLPs hold a few MB and stay one call.
 ACTIVATION_BUDGET = 32 * 2**20
+#: The same for a stacked forward pass (:mod:`peerd.sim.stacked`), 48 MB: the CNN's 18
+#: agents x 64 images ran in 1.84 s wall (1.87 s CPU: one thread busy of two) in calls of
+#: 9 agents, 0.71 s in calls of 3 or of 1, against 0.79-0.89 s for the per-agent loop (one
+#: run each on the 2-core machine, load ~3). The MLPs save ~1k floats a sample or fewer
+#: and still train all agents in one call.
+STACKED_ACTIVATION_BUDGET = 12 * 2**20
 
 
 def saved_floats_per_sample(model: nn.Module, sample: torch.Tensor) -> int:
@@ -126,26 +134,34 @@ def train_batched(
     rho: float,
     loss: LossName = "cross_entropy",
     agents_per_call: int = 0,
+    stacked: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Train every row of ``matrix`` on its agent's batches; returns (new matrix, mean loss).
+
+    Where :mod:`peerd.sim.stacked` writes the model's forward pass over stacked parameters
+    (the paper's CNN, the MLPs) it is differentiated by plain autograd; otherwise, or with
+    ``stacked=False``, by vmap over ``functional_call``.
 
     Agents with fewer samples than the batch size draw smaller batches; vmap needs one batch
     shape, so agents are grouped by batch size (one group in the common case). Groups are cut
     into calls of at most ``agents_per_call`` agents (0: as many as keep the saved
-    activations within :data:`ACTIVATION_BUDGET`): for a big model the activations of 100
+    activations within :data:`ACTIVATION_BUDGET`, :data:`STACKED_ACTIVATION_BUDGET` for a
+    stacked forward pass): for a big model the activations of 100
     agents x 64 samples run to hundreds of MB per layer, and smaller calls stay in cache
     instead of faulting in fresh pages every step.
     """
     agents = matrix.shape[0]
+    forward = stacked_forward(model) if stacked else None
     new = torch.empty_like(matrix)
     losses = torch.empty(agents)
     sizes = np.array([b.shape[1] if b.dim() == 2 else 0 for b in batches])
     chunks = []
     per_sample = saved_floats_per_sample(model, x[0]) if agents_per_call <= 0 else 0
+    budget = ACTIVATION_BUDGET if forward is None else STACKED_ACTIVATION_BUDGET
     for size in np.unique(sizes):
         same = np.flatnonzero(sizes == size)
         step = (agents_per_call if agents_per_call > 0 else
-                max(1, ACTIVATION_BUDGET // max(1, int(size) * per_sample)))
+                max(1, budget // max(1, int(size) * per_sample)))
         chunks += [same[i : i + step] for i in range(0, len(same), step)]
     for group in chunks:
         idx = torch.stack([batches[int(a)] for a in group], dim=1)  # [K, g, b]
@@ -155,7 +171,7 @@ def train_batched(
         rows = matrix if whole else matrix[torch.from_numpy(group)]
         trained, group_loss = batched_local_update(
             model, matrix_to_stack(rows, schema, copy=False), GatheredBatches(x, idx), y[idx],
-            lr=lr, rho=rho, loss=loss)
+            lr=lr, rho=rho, loss=loss, forward=forward)
         if whole:
             stack_to_matrix(trained, schema, out=new)
         else:
