@@ -1,0 +1,117 @@
+"""Dialling a member that may be reached directly or through relays (issue 27): its direct
+addresses get a head start, then its circuits are dialled beside them, and the first
+connection made wins (the other dial is cancelled) — happy eyeballs between a path that may
+not exist (an address private to another site, whose SYN a NAT drops) and one that does.
+
+Circuits are tried one after another, in the order :func:`rank_circuits` gives: a relay we
+hold a reservation at answers at once; one of ours that we cannot reach now (dead, or
+restarting) is tried last, so a dead relay's circuit, left in a peer's record or its
+rendezvous registration, does not hold the dial for its timeout while another relay works.
+
+Used by :class:`peerd.net.relayclient.RelayClient`, which knows the reservations; nothing
+here decides who may be dialled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+
+import multiaddr
+import trio
+from libp2p.peer.id import ID
+from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+
+from peerd.net.transport import Transport, TransportError
+
+logger = logging.getLogger("peerd.net.relayclient")  # one logger for the relay client's lines
+
+#: Deadline of one dial through a relay (the relay's CONNECT, then Noise and Yamux).
+CIRCUIT_DIAL_TIMEOUT_S = 15.0
+#: Deadline of the direct addresses when a circuit is there to fall back on: a NAT drops the
+#: SYN of an address that is private to another site, and waiting out TCP's own timeout
+#: (minutes) would hold the one path that works.
+DIRECT_FIRST_TIMEOUT_S = 5.0
+#: Head start of the direct addresses before the circuits are dialled beside them. Waiting
+#: out DIRECT_FIRST_TIMEOUT_S before any circuit was most of the time members of two NAT'd
+#: sites took to meet again after a relay restart (bench_relay_restart, docs/reliability.md);
+#: a direct path that answers within this (a LAN's or a WAN's handshake) still wins.
+DIRECT_HEAD_START_S = 1.0
+
+
+def circuit_relay(circuit: str) -> str:
+    """The relay id of ``…/p2p/<relay>/p2p-circuit[/…]`` ('' when there is none)."""
+    return circuit.split("/p2p-circuit")[0].rpartition("/p2p/")[2]
+
+
+def rank_circuits(circuits: Sequence[str], held: Collection[str],
+                  ours: Collection[str]) -> list[str]:
+    """``circuits`` in the order to dial them: through a relay in ``held`` (we hold a
+    reservation there: connected, it answers) first, then through relays not in ``ours``
+    (the configured ones), then through ours that are not held now. Stable within each."""
+    def rank(circuit: str) -> int:
+        relay = circuit_relay(circuit)
+        return 0 if relay in held else 2 if relay in ours else 1
+
+    return sorted(circuits, key=rank)
+
+
+async def dial(t: Transport, dialer: CircuitV2Transport | None, peer_id: str,
+               direct: Sequence[str], circuits: Sequence[str]) -> None:
+    """A connection to ``peer_id`` (module docstring). TransportError when none was made."""
+    if not circuits:
+        await t.connect(peer_id, direct)
+        return
+    if dialer is None:
+        raise TransportError(f"no relay client running to dial {peer_id} through a relay")
+    errors: list[str] = []
+    direct_over = trio.Event()
+
+    async def via_direct(done: trio.CancelScope) -> None:
+        try:
+            await t.connect(peer_id, direct, timeout_s=DIRECT_FIRST_TIMEOUT_S)
+            done.cancel()
+        except TransportError as exc:
+            errors.insert(0, str(exc))
+        finally:
+            direct_over.set()
+
+    async def via_circuits(done: trio.CancelScope) -> None:
+        with trio.move_on_after(DIRECT_HEAD_START_S):
+            await direct_over.wait()
+        if await _dial_circuits(t, dialer, peer_id, circuits, errors):
+            done.cancel()
+
+    async with trio.open_nursery() as nursery:
+        if direct:
+            nursery.start_soon(via_direct, nursery.cancel_scope)
+        else:
+            direct_over.set()
+        nursery.start_soon(via_circuits, nursery.cancel_scope)
+    if not t.is_connected(peer_id):
+        raise TransportError(f"dial to {peer_id} failed: {'; '.join(errors)}")
+
+
+async def _dial_circuits(t: Transport, dialer: CircuitV2Transport, peer_id: str,
+                         circuits: Sequence[str], errors: list[str]) -> bool:
+    """One circuit after another until a connection is made (True)."""
+    pid = ID.from_base58(peer_id)
+    for circuit in circuits:
+        # The dial tries circuits of the peerstore first: only this one, then. (A direct
+        # dial running beside it may find the peerstore cleared under it and fail that
+        # address: only after its head start, when it has most likely failed already.)
+        t.host.get_peerstore().clear_addrs(pid)
+        try:
+            with trio.fail_after(CIRCUIT_DIAL_TIMEOUT_S):
+                await dialer.dial(multiaddr.Multiaddr(f"{circuit}/p2p/{peer_id}"))
+        except trio.TooSlowError:
+            errors.append(f"{circuit}: timed out")
+            continue
+        except Exception as exc:  # noqa: BLE001 - the relayed dial raises many types
+            errors.append(f"{circuit}: {exc}")
+            continue
+        if t.is_connected(peer_id):
+            logger.debug("connected to %s through %s", peer_id, circuit)
+            return True
+        errors.append(f"{circuit}: no connection")
+    return False

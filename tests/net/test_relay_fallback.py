@@ -1,0 +1,92 @@
+"""Two relays, and dialling around a dead one (peerd.net.relayclient, peerd.net.relaydial;
+issue 27, relay loss), on loopback: a member that holds reservations at two relays is still
+dialled through the second once the first is gone for good — its dead circuit tried last,
+withdrawn from its rendezvous registration — and a direct address that never answers does
+not hold the circuit back for the direct deadline."""
+
+from __future__ import annotations
+
+import socket
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+import trio
+
+from peerd.net import relaydial
+from peerd.net.relaydial import rank_circuits
+from tests.net.hosts import run
+from tests.net.relay_fixture import relay
+from tests.net.test_relay_client import A, B, member, until
+
+
+def test_circuits_through_held_relays_come_first_and_lost_ones_last() -> None:
+    c = {r: f"/ip4/192.0.2.1/tcp/1/p2p/{r}/p2p-circuit" for r in ("R1", "R2", "X")}
+    order = rank_circuits([c["R1"], c["X"], c["R2"]], held={"R2"}, ours={"R1", "R2"})
+    assert order == [c["R2"], c["X"], c["R1"]]
+    # Nothing held: not ours before ours, each group in the given order.
+    assert rank_circuits([c["R1"], c["R2"], c["X"]], held=(), ours={"R1", "R2"}) == \
+        [c["X"], c["R1"], c["R2"]]
+
+
+async def relay_until(stop: trio.Event, *,
+                      task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """A relay in a task of its own (its nurseries nest there), until ``stop``."""
+    async with relay() as r:
+        task_status.started(r)
+        await stop.wait()
+
+
+def test_a_member_is_dialled_through_the_second_relay_once_the_first_is_gone() -> None:
+    async def body() -> None:
+        async with relay() as r2, trio.open_nursery() as nursery, AsyncExitStack() as stack:
+            r1 = await nursery.start(relay_until, stop_r1 := trio.Event())
+            a = await stack.enter_async_context(member(A, [r1.addr, r2.addr], nursery))
+            b = await stack.enter_async_context(member(B, [r1.addr, r2.addr], nursery))
+            both = (f"{r1.addr}/p2p-circuit", f"{r2.addr}/p2p-circuit")
+            await until(lambda: a.client.circuit_addrs() == both
+                        and b.client.circuit_addrs() == both)
+            old = a.client.circuit_addrs()  # what a's record said: r1's circuit first
+            stop_r1.set()  # r1 stops for good
+            # Both lose r1's reservation; r2's is untouched by r1's retries.
+            await until(lambda: a.client.circuit_addrs() == (both[1],)
+                        and b.client.circuit_addrs() == (both[1],))
+            assert b.client.states()[1].reserved_until is not None
+            assert rank_circuits(old, {r2.transport.peer_id},
+                                 {r1.transport.peer_id, r2.transport.peer_id}) == \
+                [both[1], both[0]]
+            # The stale list (r1 first) still gets b to a, through r2.
+            with trio.fail_after(relaydial.CIRCUIT_DIAL_TIMEOUT_S):
+                await b.client.connect(a.node.id, old)
+            assert b.client.relayed_via(a.node.id) == r2.transport.peer_id
+            # r2's rendezvous point no longer lists r1's circuit for a.
+            b.found.clear()
+            await until(lambda: b.found.get(a.node.id) == (both[1],))
+            nursery.cancel_scope.cancel()
+
+    run(body, 90)
+
+
+def test_a_direct_address_that_never_answers_does_not_hold_back_the_circuit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The direct deadline made long: only the head start may stand before the circuit.
+    monkeypatch.setattr(relaydial, "DIRECT_FIRST_TIMEOUT_S", 60.0)
+    with socket.socket() as hole:  # accepts TCP, never speaks: the handshake stalls
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(8)
+        stalled = f"/ip4/127.0.0.1/tcp/{hole.getsockname()[1]}"
+
+        async def body() -> None:
+            async with relay() as r, trio.open_nursery() as nursery, \
+                    AsyncExitStack() as stack:
+                a = await stack.enter_async_context(member(A, [r.addr], nursery))
+                b = await stack.enter_async_context(member(B, [r.addr], nursery))
+                await until(lambda: bool(a.client.circuit_addrs()))
+                t0 = trio.current_time()
+                await b.client.connect(a.node.id, (stalled, *a.client.circuit_addrs()))
+                took = trio.current_time() - t0
+                assert b.client.relayed_via(a.node.id) == r.transport.peer_id
+                assert took < 30.0, took  # not the 60 s of the direct deadline
+                nursery.cancel_scope.cancel()
+
+        run(body, 90)
