@@ -80,6 +80,7 @@ def measure(repeat: int, logs: Path | None = None) -> dict[str, Any]:
         try:
             t0 = time.time()
             nodes = meet_across(Path(tmp), w, [addr1, addr2], running, debug=logs is not None)
+            fields = target(nodes)  # read while the configs exist
             readings: list[dict[str, Any]] = []
             for rep in range(repeat):
                 for addr in (addr1, addr2):
@@ -94,7 +95,7 @@ def measure(repeat: int, logs: Path | None = None) -> dict[str, Any]:
             stop_all(running, logs, *(d.with_suffix(".log") for d in dirs))
             stop_relay(r1)
             stop_relay(r2)
-    return {"repeat": repeat, **target(nodes), "readings": readings}
+    return {"repeat": repeat, **fields, "readings": readings}
 
 
 def render(r: dict[str, Any]) -> str:

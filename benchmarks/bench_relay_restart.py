@@ -136,6 +136,7 @@ def measure(repeat: int, logs: Path | None = None) -> dict[str, Any]:
         running: list[Any] = []
         try:
             nodes = meet_across(Path(tmp), w, [addr], running, debug=logs is not None)
+            fields = target(nodes)  # read while the configs exist
             readings: list[dict[str, Any]] = []
             for rep in range(repeat):
                 proc, row = _restart_and_time(w, state_dir, proc, addr, nodes)
@@ -144,7 +145,7 @@ def measure(repeat: int, logs: Path | None = None) -> dict[str, Any]:
         finally:
             stop_all(running, logs, state_dir.with_suffix(".log"))
             stop_relay(proc)
-    return {"repeat": repeat, **target(nodes), "readings": readings}
+    return {"repeat": repeat, **fields, "readings": readings}
 
 
 def render(r: dict[str, Any]) -> str:
