@@ -403,13 +403,16 @@ class RelayClient:
         t = self._transport
         if t.is_connected(peer_id):
             return
-        now = self._clock()
-        held = {s.relay_id for s in self._states
-                if s.reserved_until is not None and s.reserved_until > now}
-        circuits = rank_circuits([a for a in addrs if is_circuit(a)], held,
+        circuits = rank_circuits([a for a in addrs if is_circuit(a)], self._held(),
                                  {s.relay_id for s in self._states})
         await relaydial.dial(t, self._dialer, peer_id, [a for a in addrs if not is_circuit(a)],
-                             circuits[:MAX_CIRCUIT_DIALS])
+                             circuits[:MAX_CIRCUIT_DIALS], self._held)
+
+    def _held(self) -> set[str]:
+        """The relays where a reservation is held now."""
+        now = self._clock()
+        return {s.relay_id for s in self._states
+                if s.reserved_until is not None and s.reserved_until > now}
 
     def _changed(self) -> None:
         if self._on_change is not None:

@@ -15,7 +15,7 @@ here decides who may be dialled.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import multiaddr
 import trio
@@ -37,6 +37,8 @@ DIRECT_FIRST_TIMEOUT_S = 5.0
 #: sites took to meet again after a relay restart (bench_relay_restart, docs/reliability.md);
 #: a direct path that answers within this (a LAN's or a WAN's handshake) still wins.
 DIRECT_HEAD_START_S = 1.0
+#: How often a dial whose circuits failed looks for a reservation made anew meanwhile.
+RECHECK_S = 0.25
 
 
 def circuit_relay(circuit: str) -> str:
@@ -57,8 +59,15 @@ def rank_circuits(circuits: Sequence[str], held: Collection[str],
 
 
 async def dial(t: Transport, dialer: CircuitV2Transport | None, peer_id: str,
-               direct: Sequence[str], circuits: Sequence[str]) -> None:
-    """A connection to ``peer_id`` (module docstring). TransportError when none was made."""
+               direct: Sequence[str], circuits: Sequence[str],
+               held: Callable[[], Collection[str]] = frozenset) -> None:
+    """A connection to ``peer_id`` (module docstring). TransportError when none was made.
+
+    ``held()``: the relays where we hold a reservation now. A circuit through a relay that
+    we held no reservation at when it failed is dialled again if one is held before the
+    direct addresses are done: a dial begun while a relay restarted would otherwise fail
+    as a whole after the direct deadline, and the peer be backed off, just after the
+    relay came back (bench_relay_restart's logs showed it)."""
     if not circuits:
         await t.connect(peer_id, direct)
         return
@@ -79,8 +88,23 @@ async def dial(t: Transport, dialer: CircuitV2Transport | None, peer_id: str,
     async def via_circuits(done: trio.CancelScope) -> None:
         with trio.move_on_after(DIRECT_HEAD_START_S):
             await direct_over.wait()
-        if await _dial_circuits(t, dialer, peer_id, circuits, errors):
-            done.cancel()
+        todo, tried_held = list(circuits), set(held())
+        while True:
+            if todo and await _dial_circuits(t, dialer, peer_id, todo, errors):
+                done.cancel()
+                return
+            if direct_over.is_set():
+                over = True
+            else:
+                with trio.move_on_after(RECHECK_S):
+                    await direct_over.wait()
+                over = False
+            now = set(held())
+            todo = [c for c in circuits
+                    if circuit_relay(c) in now and circuit_relay(c) not in tried_held]
+            tried_held |= now
+            if over and not todo:
+                return
 
     async with trio.open_nursery() as nursery:
         if direct:

@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from peerd.net import relaydial
 from peerd.net.relaydial import rank_circuits
+from peerd.protocol.identity import node_id_of
 from tests.net.hosts import run
 from tests.net.relay_fixture import relay
-from tests.net.test_relay_client import A, B, member, until
+from tests.net.test_relay_client import A, B, free_port, member, until
 
 
 def test_circuits_through_held_relays_come_first_and_lost_ones_last() -> None:
@@ -88,5 +90,41 @@ def test_a_direct_address_that_never_answers_does_not_hold_back_the_circuit(
                 assert b.client.relayed_via(a.node.id) == r.transport.peer_id
                 assert took < 30.0, took  # not the 60 s of the direct deadline
                 nursery.cancel_scope.cancel()
+
+        run(body, 90)
+
+
+def test_a_dial_begun_while_the_relay_is_down_goes_through_it_once_it_is_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dial's circuit fails at first (no relay); the reservation made anew meanwhile
+    lets it through before its direct addresses give up (made to take 60 s here), instead
+    of the whole dial failing after them and the peer being backed off."""
+    monkeypatch.setattr(relaydial, "DIRECT_FIRST_TIMEOUT_S", 60.0)
+    relay_key, port = Ed25519PrivateKey.generate(), free_port()
+    addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{node_id_of(relay_key)}"
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(8)
+        stalled = f"/ip4/127.0.0.1/tcp/{hole.getsockname()[1]}"
+
+        async def body() -> None:
+            async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
+                a = await stack.enter_async_context(member(A, [addr], nursery))
+                b = await stack.enter_async_context(member(B, [addr], nursery))
+                result: list[float] = []
+
+                async def dial() -> None:
+                    t0 = trio.current_time()
+                    await b.client.connect(a.node.id, (stalled, f"{addr}/p2p-circuit"))
+                    result.append(trio.current_time() - t0)
+
+                nursery.start_soon(dial)
+                await trio.sleep(relaydial.DIRECT_HEAD_START_S + 1.0)  # its circuit failed
+                assert not result
+                async with relay(key=relay_key, port=port) as r:
+                    await until(lambda: bool(result), 30.0)
+                    assert result[0] < 30.0, result
+                    assert b.client.relayed_via(a.node.id) == r.transport.peer_id
+                    nursery.cancel_scope.cancel()
 
         run(body, 90)
