@@ -105,6 +105,9 @@ MAX_RENDEZVOUS_PEERS = 64
 MAX_RENDEZVOUS_MESSAGE_LEN = 64 << 10
 #: Circuit addresses of one peer tried per dial: a peer registers at most a few relays.
 MAX_CIRCUIT_DIALS = 4
+#: Peers remembered as reached through a circuit at their last dial (their next dial gives
+#: the direct addresses no head start); the oldest is forgotten beyond this.
+MAX_RELAYED_LAST = 1024
 #: The limits our STOP side states (it relays nothing: the hop enforces its own limits).
 _STOP_LIMITS = RelayLimits(duration=3600, data=1 << 30, max_circuit_conns=16,
                            max_reservations=0)
@@ -178,6 +181,8 @@ class RelayClient:
         self._retry_max_s = retry_max_s
         self._rng = rng if rng is not None else random.Random()
         self._dialer: CircuitV2Transport | None = None
+        #: Peers our last dial reached through a circuit (insertion order: oldest first).
+        self._relayed_last: dict[str, None] = {}
         #: The circuits each relay's rendezvous point holds for us (by relay id).
         self._registered: dict[str, tuple[str, ...]] = {}
         self.started = trio.Event()
@@ -405,8 +410,17 @@ class RelayClient:
             return
         circuits = rank_circuits([a for a in addrs if is_circuit(a)], self._held(),
                                  {s.relay_id for s in self._states})
-        await relaydial.dial(t, self._dialer, peer_id, [a for a in addrs if not is_circuit(a)],
-                             circuits[:MAX_CIRCUIT_DIALS], self._held)
+        # A peer our last dial reached only through a circuit gets no head start for its
+        # direct addresses: they were another site's, and will most likely fail again.
+        relayed = await relaydial.dial(
+            t, self._dialer, peer_id, [a for a in addrs if not is_circuit(a)],
+            circuits[:MAX_CIRCUIT_DIALS], self._held,
+            0.0 if peer_id in self._relayed_last else None)
+        self._relayed_last.pop(peer_id, None)
+        if relayed:
+            self._relayed_last[peer_id] = None
+            while len(self._relayed_last) > MAX_RELAYED_LAST:
+                del self._relayed_last[next(iter(self._relayed_last))]
 
     def _held(self) -> set[str]:
         """The relays where a reservation is held now."""

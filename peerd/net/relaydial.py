@@ -60,21 +60,26 @@ def rank_circuits(circuits: Sequence[str], held: Collection[str],
 
 async def dial(t: Transport, dialer: CircuitV2Transport | None, peer_id: str,
                direct: Sequence[str], circuits: Sequence[str],
-               held: Callable[[], Collection[str]] = frozenset) -> None:
+               held: Callable[[], Collection[str]] = frozenset,
+               head_start_s: float | None = None) -> bool:
     """A connection to ``peer_id`` (module docstring). TransportError when none was made.
 
     ``held()``: the relays where we hold a reservation now. A circuit through a relay that
     we held no reservation at when it failed is dialled again if one is held before the
     direct addresses are done: a dial begun while a relay restarted would otherwise fail
     as a whole after the direct deadline, and the peer be backed off, just after the
-    relay came back (bench_relay_restart's logs showed it)."""
+    relay came back (bench_relay_restart's logs showed it).
+
+    ``head_start_s``: the direct addresses' (None: :data:`DIRECT_HEAD_START_S`). True when
+    the connection made is a circuit."""
     if not circuits:
         await t.connect(peer_id, direct)
-        return
+        return False
     if dialer is None:
         raise TransportError(f"no relay client running to dial {peer_id} through a relay")
     errors: list[str] = []
     direct_over = trio.Event()
+    relayed = False
 
     async def via_direct(done: trio.CancelScope) -> None:
         try:
@@ -86,11 +91,13 @@ async def dial(t: Transport, dialer: CircuitV2Transport | None, peer_id: str,
             direct_over.set()
 
     async def via_circuits(done: trio.CancelScope) -> None:
-        with trio.move_on_after(DIRECT_HEAD_START_S):
+        nonlocal relayed
+        with trio.move_on_after(DIRECT_HEAD_START_S if head_start_s is None else head_start_s):
             await direct_over.wait()
         todo, tried_held = list(circuits), set(held())
         while True:
             if todo and await _dial_circuits(t, dialer, peer_id, todo, errors):
+                relayed = True
                 done.cancel()
                 return
             if direct_over.is_set():
@@ -114,6 +121,7 @@ async def dial(t: Transport, dialer: CircuitV2Transport | None, peer_id: str,
         nursery.start_soon(via_circuits, nursery.cancel_scope)
     if not t.is_connected(peer_id):
         raise TransportError(f"dial to {peer_id} failed: {'; '.join(errors)}")
+    return relayed
 
 
 async def _dial_circuits(t: Transport, dialer: CircuitV2Transport, peer_id: str,
