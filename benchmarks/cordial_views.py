@@ -8,14 +8,18 @@ VALUE into cache group ``agent-1``: fleet member M (bound to no agent), or agent
 round and what its node refused; then a restart of agent 0 from its saved learner file. With
 ``--unfixed`` the binding check, the view bound and the round guard are patched out (the code
 before issue 24; the learner file check stays, so the restart line shows what it does to a
-diverged agent).
+diverged agent). With ``--json PATH`` the same readings go to PATH with the run's provenance
+(docs/reliability.md's table is rendered from the two committed outputs by
+:func:`benchmarks.docs_outputs.cordial_views`).
 
-    .venv/bin/python -m benchmarks.cordial_views --window 64 --rounds 10 [--unfixed]
+    .venv/bin/python -m benchmarks.cordial_views --window 64 --rounds 10 [--unfixed] \
+        [--json docs/reliability/cordial-views-w64-{fixed,unfixed}.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import tempfile
 from collections.abc import Callable
@@ -24,6 +28,7 @@ from typing import TypeVar
 
 import peerd.daemon.modes.cordial as cordial
 import tests.daemon.test_sensor_mode as sensor_mode
+from benchmarks import _provenance
 from peerd.core.entry import EntryMeta
 from peerd.core.reasons import Reason
 from peerd.daemon.daemon import Daemon
@@ -76,7 +81,10 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--unfixed", action="store_true")
+    ap.add_argument("--json", type=Path, default=None, help="also write the readings here")
     args = ap.parse_args()
+    started = _provenance.start(ap, args)
+    cases: list[dict[str, object]] = []
     sensor_mode.WINDOW = attack.WINDOW = args.window
     attack.ROUNDS = args.rounds
     fixed = (cordial.view_refusal, cordial.ViewGate.select)
@@ -98,7 +106,16 @@ def main() -> None:
             grab.lines.clear()
             Daemon(daemons[0].cfg, clock=daemons[0].now)
             said = [line for line in grab.lines if "local learner" in line]
-            print("  restart: " + (said[0] if said else "nothing said about the learner"))
+            restart = said[0] if said else "nothing said about the learner"
+            print("  restart: " + restart)
+            cases.append({"label": label, "value": value, "signer": signer,
+                          "losses": losses, "refused": dict(daemons[0].node.rejected),
+                          "restart": restart.replace(d, "$TMP")})
+    if args.json is not None:
+        out = {"window": args.window, "rounds": args.rounds, "unfixed": args.unfixed,
+               "cases": cases, "provenance": started.record()}
+        # NaN and Inf stay JSON's non-standard tokens, which Python reads back.
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -234,7 +234,7 @@ def _first_line(proc: subprocess.Popen[str]) -> dict[str, Any]:
 def probe(case: str = "public", wait_s: float = 30.0, *,
           routers_drop: bool = False) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
-    from tests.net.wan import skip_reason, wan
+    from tests.net.wan import drop_unsolicited, punchable, skip_reason, wan
 
     reason = skip_reason()
     if reason is not None:
@@ -242,23 +242,11 @@ def probe(case: str = "public", wait_s: float = 30.0, *,
     procs: list[subprocess.Popen[str]] = []
     with wan((1, 1), 2) as w:
         a_host = w.sites["a"].hosts[0]
-        if case == "public":
-            b_host = w.public[1]
-        else:
-            b_host = w.sites["b"].hosts[0]
-            if case == "site-b-eim":
-                rt = w.sites["b"].router.command
-                subprocess.run(rt(["iptables", "-t", "nat", "-F", "POSTROUTING"]), check=True)
-                subprocess.run(rt(["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "wan0",
-                                   "-j", "MASQUERADE"]), check=True)
-        if routers_drop:
-            # As many home routers do: an unsolicited SYN to the router's own address is
-            # dropped, not answered with a RST (whose passage back through the other NAT
-            # ends the mapping the other side's SYN has just opened).
-            for site in w.sites.values():
-                subprocess.run(site.router.command([
-                    "iptables", "-A", "INPUT", "-i", "wan0", "-m", "conntrack", "--ctstate",
-                    "NEW,INVALID", "-j", "DROP"]), check=True)
+        b_host = w.public[1] if case == "public" else w.sites["b"].hosts[0]
+        if case == "site-b-eim":
+            punchable(w, routers_drop=routers_drop)
+        elif routers_drop:
+            drop_unsolicited(w)
         try:
             r = _spawn(w.public[0], "--role", "relay")
             procs.append(r)

@@ -175,6 +175,12 @@ def _relay() -> str:
     return render(_json(READINGS))
 
 
+def _slowlink() -> str:
+    from benchmarks.bench_slowlink import READINGS, render
+
+    return render(_json(READINGS))
+
+
 def _dcutr() -> str:
     from benchmarks.dcutr_probe import READINGS, render
 
@@ -263,6 +269,39 @@ def _reproduce_names() -> list[str]:
     return list(TABLES)
 
 
+def _outputs() -> list[DocTable]:
+    """The blocks :mod:`benchmarks.docs_outputs` renders (outputs of tools that print no
+    table of their own)."""
+    from benchmarks import docs_outputs as do
+
+    rel, rep, res = DOCS / "reliability.md", "docs/reproduction", "docs/results/cordial-mesh"
+    tasks = DOCS / "tasks.md"
+    return [
+        DocTable(rel, "bench", "soak-history", "docs/reliability/soak-30min*.json",
+                 do.soak_history),
+        DocTable(rel, "bench", "soak-targeted", "docs/reliability/soak-targeted-*.json",
+                 do.soak_targeted),
+        DocTable(rel, "bench", "cordial-views", "docs/reliability/cordial-views-w64-*.json",
+                 do.cordial_views),
+        DocTable(REPRODUCTION, "bench", "fedcache-keys", f"{rep}/fedcache-keys-*.json",
+                 do.fedcache_keys),
+        DocTable(REPRODUCTION, "bench", "cordial-linear", f"{rep}/cordial-linear.json",
+                 do.cordial_linear),
+        DocTable(REPRODUCTION, "bench", "cordial-pairwise10",
+                 f"{rep}/cordial-pairwise10-n*.json", do.cordial_pairwise10),
+        DocTable(tasks, "bench", "cordial-mesh-mnist", f"{res}/[ci]*-n4-r100.json",
+                 lambda: do.cordial_mesh("")),
+        DocTable(tasks, "bench", "cordial-mesh-digits", f"{res}/digits-*-n4-r100.json",
+                 lambda: do.cordial_mesh("digits-")),
+        DocTable(tasks, "bench", "cordial-pairs", f"{res}/integration-runs.txt",
+                 do.cordial_pairs),
+        DocTable(DOCS / "transport.md", "bench", "transport-profile",
+                 f"{rep}/transport-profile/*.json", do.transport_profile),
+        DocTable(DOCS / "integration.md", "bench", "scenario9",
+                 "docs/results/scenario9/scenario9.json", do.scenario9),
+    ]
+
+
 def registry() -> list[DocTable]:
     """Every registered block, in doc order."""
     learners, reliability = DOCS / "learners.md", DOCS / "reliability.md"
@@ -296,8 +335,11 @@ def registry() -> list[DocTable]:
                  "docs/reproduction/relay/relay-entry.json", _relay),
         DocTable(DOCS / "transport.md", "bench", "dcutr",
                  "docs/reproduction/dcutr/dcutr-cases.json", _dcutr),
+        DocTable(DOCS / "transport.md", "bench", "slowlink",
+                 "docs/reproduction/slowlink/slowlink.json", _slowlink),
         DocTable(DOCS / "robustness.md", "robustness", "robustness-table",
                  "docs/robustness/*.json", _robustness),
+        *_outputs(),
     ]
     tables += [DocTable(BENCHMARKS, "bench", name, str(path.relative_to(ROOT)),
                         _readings(module, path))
@@ -320,14 +362,6 @@ UNREGISTERED_SECTIONS: frozenset[tuple[str, str]] = frozenset({
 #: Unmarked sections with *measured* numbers in a table, copied into the doc by hand or by a
 #: script's printout (issue 28's debt). ``(doc, heading)``: the nearest heading above.
 UNCOVERED: frozenset[tuple[str, str]] = frozenset({
-    ("docs/integration.md", "Scenario 9 numbers"),
-    ("docs/reliability.md", "Partitions and address changes: the cause and the fix"),
-    ("docs/reliability.md", "Cordial views: who speaks for an agent"),
-    ("docs/reproduction.md", "Sample keys: retrieval quality against raw-input cosine"),
-    ("docs/reproduction.md", "Linear model (§6.1)"),
-    ("docs/reproduction.md", "Pairwise-10 composite MNIST (§6.2.1), P = 25"),
-    ("docs/tasks.md", "Measured: 4 daemons, with and without views"),
-    ("docs/transport.md", "Where the time of a 44 MB transfer goes"),
 })
 
 #: Unmarked tables whose numbers are reference, not measurement (config defaults, limits,
@@ -349,6 +383,7 @@ REFERENCE: frozenset[tuple[str, str]] = frozenset({
     ("docs/operations.md", "`[fleet]`"),
     ("docs/reliability.md", "What runs"), ("docs/robustness.md", "What ran"),
     ("docs/transport.md", "py-libp2p 0.8.1 defects, and how `transport.py` handles them"),
+    ("docs/transport.md", "Slow, lossy links in the namespace WAN"),  # what wan.py configures
 })
 
 
@@ -434,6 +469,10 @@ def main(argv: list[str] | None = None) -> int:
         for rel, name in sorted(unregistered()):
             print(f"{rel}: section bench:{name}: written by its benchmark, no committed "
                   "readings (debt)")
+        from benchmarks.docs_provenance import by_pattern
+
+        for pattern, n in by_pattern(registry()).items():
+            print(f"{pattern}: {n} output(s) with no provenance record (debt)")
         return 0
     failed = 0
     for table in registry():

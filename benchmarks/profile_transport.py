@@ -15,13 +15,17 @@ reports CPU seconds per session, which machine load changes far less than wall t
    first pass gives the real totals.
 
 ``--unmended`` runs both ends with py-libp2p's own data path (``peerd.net.mends_throughput``
-off), for the "before" column. Prints a markdown table; writes nothing.
+off), for the "before" column. Prints a markdown table; with ``--json PATH`` it also writes
+the readings (per-session lists, the per-category totals, the load) and the run's provenance,
+which docs/transport.md's breakdown is rendered from
+(:func:`benchmarks.docs_outputs.transport_profile`).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import json
 import os
 import pstats
 import statistics
@@ -31,6 +35,7 @@ from pathlib import Path
 
 import trio
 
+from benchmarks import _provenance
 from benchmarks import transport_peers as peers
 from peerd.net import mends_throughput
 from peerd.net.gossip import run_session
@@ -130,12 +135,19 @@ def main() -> None:
     ap.add_argument("--unmended", action="store_true",
                     help="py-libp2p's own data path on both ends (mends 10-14 off)")
     ap.add_argument("--no-profile", action="store_true", help="only the first pass")
+    ap.add_argument("--json", type=Path, default=None, help="also write the readings here")
     args = ap.parse_args()
+    started = _provenance.start(ap, args)
     load0 = os.getloadavg()[0]
     wall, cpu_a, cpu_b, loop_b = trio.run(_sessions, args.mb, args.sessions, args.unmended,
                                           None)
     med = statistics.median
+    readings: dict[str, object] = {
+        "mb": args.mb, "sessions": args.sessions, "unmended": args.unmended,
+        "wall_s": wall, "cpu_a_s": cpu_a, "cpu_b_s": cpu_b, "loop_b_s": loop_b,
+        "load_before": load0}
     if args.no_profile:
+        _write(args.json, readings, started)
         print(f"{'off' if args.unmended else 'on'}: load {load0:.1f}; wall "
               f"{' '.join(f'{t:.2f}' for t in wall)}; CPU B "
               f"{' '.join(f'{t:.2f}' for t in cpu_b)} (median {med(cpu_b):.3f}), of which "
@@ -145,6 +157,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="peerd-profile-") as tmp:
         trio.run(_sessions, args.mb, args.sessions, args.unmended, Path(tmp))
         cats = {side: categorize(Path(tmp) / f"{side}.prof") for side in ("a", "b")}
+    # Totals over the profiled sessions (a second set of n, after its own warm-up).
+    readings["profiled"] = {"categories": [c for c, _ in CATEGORIES] + [OTHER],
+                            "counted": [c for c, _ in COUNTED], "idle": IDLE, "totals": cats}
+    _write(args.json, readings, started)
     mode = "mends 10-14 off (py-libp2p's own path)" if args.unmended else "mended"
     n = args.sessions
     print(f"{args.mb:g} MB entry, two processes, {mode}: load average {load0:.1f} before, "
@@ -166,6 +182,16 @@ def main() -> None:
     for name, _ in COUNTED:
         a_n, b_n = cats["a"].get(name, 0.0) / n, cats["b"].get(name, 0.0) / n
         print(f"| {name}, per session | {a_n:.0f} | {b_n:.0f} |")
+
+
+def _write(path: Path | None, readings: dict[str, object], started: _provenance.Started
+           ) -> None:
+    if path is None:
+        return
+    readings["load_after"] = os.getloadavg()[0]
+    readings["provenance"] = started.record()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(readings, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from peerd.control.status import (
     OfflineCacheRow,
     OfflineNode,
     OfflineStatus,
+    ReachabilityStatus,
     Status,
     TrackingStatus,
     ViewsStatus,
@@ -219,6 +220,8 @@ def status_view(status: Status) -> Group:
         parts.extend(learner_lines(status.learner))
     if status.tracking is not None:
         parts.append(tracking_line(status.tracking))
+    if status.reachability is not None:
+        parts.append(reachability_line(status.reachability))
     peers = status.peers
     connected = sum(1 for p in peers if p.connected)
     # How the connected ones are reached, once known: "; lan 2, relayed 1".
@@ -254,6 +257,15 @@ def status_view(status: Status) -> Group:
     else:
         parts.append("rejected entries: none")
     return Group(*parts)
+
+
+def reachability_line(r: ReachabilityStatus) -> str:
+    """``[network] relays``: whether this node is dialable from outside, so holds no
+    reservation (public) or holds them (private, unknown)."""
+    use = "no relay reservation needed" if r.verdict == "public" else "relay reservations held"
+    ago = "not checked yet" if r.checked_s_ago is None else f"checked {r.checked_s_ago:.0f} s ago"
+    return (f"reachability: {r.verdict} ({use}; {r.reached} of {r.servers} relays dialled us "
+            f"back, {r.not_reached} could not; {ago})")
 
 
 def tracking_line(t: TrackingStatus) -> RenderableType:

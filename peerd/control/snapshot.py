@@ -21,6 +21,7 @@ from peerd.control.status import (
     LearnerStatus,
     NodeStatus,
     PeerRow,
+    ReachabilityStatus,
     Status,
     TrackingStatus,
     ViewsStatus,
@@ -117,7 +118,8 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
                  libp2p: Mapping[str, int] | None = None,
                  views: ViewsStatus | None = None,
                  learner: LearnerStatus | None = None,
-                 tracking: TrackingStatus | None = None) -> Status:
+                 tracking: TrackingStatus | None = None,
+                 reachability: ReachabilityStatus | None = None) -> Status:
     clock = node.clock(now)
     cache = tuple(
         CacheRow(
@@ -196,4 +198,5 @@ def build_status(*, node: NodeState, numbers: RoundNumbers, peers: PeerTable,
         views=views,
         learner=learner,
         tracking=tracking,
+        reachability=reachability,
     )

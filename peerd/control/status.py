@@ -260,6 +260,21 @@ class TrackingStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ReachabilityStatus:
+    """Whether this node is dialable from outside (peerd.net.reachability: AutoNAT dial-backs
+    asked of the configured relays)."""
+
+    #: "public" (no relay reservation is made), "private" or "unknown" (reservations held).
+    verdict: str
+    servers: int  #: relays asked
+    reached: int  #: of them, those whose latest answer is that they reached us
+    not_reached: int  #: those whose latest answer is that they did not
+    #: Seconds since the last check (None before the first).
+    checked_s_ago: float | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     """What ``peerd status --json`` prints: one snapshot, never changed once built."""
 
@@ -283,7 +298,11 @@ class Status:
     #: holds, at most 2,048), "per_peer_entries" (in all its per-peer tables), "connections",
     #: "identified", and since start "forgotten" (outsiders dropped once disconnected),
     #: "evicted" (peerstore entries evicted by the bound) and "handler_errors" (library
-    #: stream handlers that raised: fenced, the stream reset). Empty before the host is up.
+    #: stream handlers that raised: fenced, the stream reset); with ``[network] hole_punch``
+    #: also DCUtR's (mend 16): "dcutr_refused" (streams of non-members reset unread),
+    #: "dcutr_busy" (streams reset as one too many at once), "dcutr_punches" (direct
+    #: connections it opened), "dcutr_punched" (peers punched now), "dcutr_tracked" (peers
+    #: in its largest per-peer table). Empty before the host is up.
     libp2p: Mapping[str, int] = field(default_factory=dict)
     #: Cordial mode (``[learning] mode = "cordial"``): whose views are held, for how many of
     #: the current ids; None in the other modes.
@@ -294,6 +313,8 @@ class Status:
     learner: LearnerStatus | None = None
     #: ``[tracking]`` set (MLflow, TensorBoard): its sinks' counts; None without one.
     tracking: TrackingStatus | None = None
+    #: ``[network] relays`` set: the reachability verdict; None without relays.
+    reachability: ReachabilityStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)

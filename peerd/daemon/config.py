@@ -160,6 +160,9 @@ class NetworkConfig:
     #: (peerd.net.relay, what `peerd relay` runs alone): a reachable member offers NAT'd
     #: members slots and a directory. Its limits are peerd.net.relay.RELAY_LIMITS.
     relay_service: bool = False
+    #: Upgrade a member reached through a relay to a direct connection by DCUtR hole
+    #: punching (peerd.net.dcutr): works between endpoint-independent NATs; needs ``relays``.
+    hole_punch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +271,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "fanout": check_int(1, lim.MAX_FANOUT),
         "max_inbound_sessions": check_int(1, lim.MAX_INBOUND_SESSIONS),
         "max_connections": check_int(1, MAX_PEERS),
-        "relay_service": check_bool,
+        "relay_service": check_bool, "hole_punch": check_bool,
     }),
     "fleet": (FleetConfig, {
         "admin_public_key": check_hex(PUBLIC_KEY_LEN), "fleet_id": check_hex(FLEET_ID_LEN),
@@ -331,6 +334,11 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
                           f"({validation.update_norm_window}), got "
                           f"{validation.update_norm_min_history}")
     check_learning(learning, task)
+    network: NetworkConfig | None = parts.get("network")
+    if network is not None and network.hole_punch and not network.relays:
+        raise ConfigError("[network] hole_punch: needs [network] relays (DCUtR upgrades "
+                          "connections made through a relay, and only a relay client "
+                          "accepts them)")
     fleet: FleetConfig = parts["fleet"]
     if not fleet.entry_encoding.lossless and learning.mode is not ModeName.WEIGHTS:
         raise ConfigError(f"[fleet] entry_encoding: {fleet.entry_encoding} applies to weight "

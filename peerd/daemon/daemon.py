@@ -29,6 +29,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import trio
@@ -36,7 +37,7 @@ import trio
 from peerd.control.metrics import StatusMetrics, start_metrics_server
 from peerd.control.server import ControlError, ControlServer, Operations
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
-from peerd.control.status import Status
+from peerd.control.status import ReachabilityStatus, Status
 from peerd.control.tracking import tracked_round
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
@@ -65,10 +66,12 @@ from peerd.daemon.tracking import open_tracking
 from peerd.learn.knowround import task_model
 from peerd.learn.learner.fleet import LearnerTask
 from peerd.learn.tasks import Task, load_task
+from peerd.net.dcutr import HolePunch, serve_hole_punch
 from peerd.net.discovery import Discovery, DiscoveryError, open_discovery
 from peerd.net.gossip import ReceiveSlots
+from peerd.net.reachability import Reachability
 from peerd.net.relay import RelayService
-from peerd.net.relayclient import RelayClient
+from peerd.net.relayclient import RelayClient, split_relay
 from peerd.net.transport import Transport, open_transport
 from peerd.node.addrbook import AddressBook
 from peerd.node.inflight import InFlight
@@ -115,8 +118,12 @@ class Daemon(Gossiping):
         self._discovery: Discovery | None = None  # set while mDNS runs
         self.transport: Transport | None = None  # set while the libp2p host is up
         self.relays: RelayClient | None = None  # set while [network] relays are kept
+        #: AutoNAT dial-backs asked of those relays: a public node needs no reservation.
+        self.reachability: Reachability | None = None
         #: ``[network] relay_service``: the hop + rendezvous point on our host, while it runs.
         self.relay: RelayService | None = None
+        #: ``[network] hole_punch``: DCUtR on our host, while it runs.
+        self.hole_punch: HolePunch | None = None
         self._config_status = cfg.status_config()
         self._written: set[str] = set()
         self._persist_lock = threading.Lock()
@@ -309,15 +316,17 @@ class Daemon(Gossiping):
                          ", ".join(self.listen_addrs), self.node.id, cfg.node.control_socket)
                 self.peers.add_static(cfg.network.static_peers, self.now())
                 if cfg.network.relays:
+                    self.reachability = Reachability(transport, cfg.network.relays)
                     self.relays = RelayClient(
                         transport, cfg.network.relays, cfg.fleet.fleet_id,
                         is_member=self._may_be_member, on_found=self.addresses.found,
                         on_change=lambda: self._wake_gossip.set(),
-                        on_reserved=self.peers.retry_via_relay, clock=self.now)
+                        on_reserved=self.peers.retry_via_relay, clock=self.now,
+                        needs_reservation=self.reachability.needs_relay)
                 try:
                     await self._serve(transport)
                 finally:
-                    self.relays = None
+                    self.relays = self.reachability = None
 
     async def _serve(self, transport: Transport) -> None:
         async with trio.open_nursery() as inner:
@@ -333,10 +342,20 @@ class Daemon(Gossiping):
                 # only members reserve and register. Answering before READY=1.
                 self.relay = RelayService(transport.host)
                 await inner.start(self.relay.run)
+            if self.reachability is not None:  # reserves until it says "public"
+                inner.start_soon(self.reachability.run)
             if self.relays is not None:  # reservations, rendezvous, the STOP side
+                if self.cfg.network.hole_punch:  # before the relay client dials its relays
+                    # The relays are identified though not members: their answers carry
+                    # the public address our NAT maps us to, which DCUtR tells the other
+                    # side to dial.
+                    transport.library_tables.identify_also(
+                        frozenset(split_relay(a)[1] for a in self.cfg.network.relays))
                 # A relay service of our own serves /stop already: the client uses its hop.
                 inner.start_soon(self.relays.run,
                                  None if self.relay is None else self.relay.hop)
+                if self.cfg.network.hole_punch:
+                    await inner.start(self._hole_punch, transport)
             # READY=1: the control socket answers, the host listens, the manifest is loaded
             # (docs/operations.md). The data loads after it, while mDNS probes and peers
             # connect; a failure there still stops the node as a start-up failure.
@@ -345,6 +364,16 @@ class Daemon(Gossiping):
             self.state.audit("ready", addrs=self.listen_addrs)
             await load_data(self.task)
             inner.start_soon(self._round_loop)
+
+    async def _hole_punch(self, transport: Transport, *,
+                          task_status: Any = trio.TASK_STATUS_IGNORED
+                          ) -> None:
+        """DCUtR beside the relay client (peerd.net.dcutr): members only, bounded."""
+        self.hole_punch = HolePunch(transport.host, self._admits)
+        try:
+            await serve_hole_punch(self.hole_punch, task_status=task_status)
+        finally:
+            self.hole_punch = None
 
     async def _discover(self, port: int) -> None:
         cfg = self.cfg
@@ -409,9 +438,22 @@ class Daemon(Gossiping):
                                     "transfers_resumed": self._partials.resumed,
                                     "bytes_not_resent": self._partials.bytes_saved,
                                     **self.gossip_counts},
-                            libp2p=None if t is None else t.library_tables.counts(),
+                            libp2p=None if t is None else {
+                                **t.library_tables.counts(),
+                                **({} if self.hole_punch is None
+                                   else self.hole_punch.counts())},
                             views=self.mode.status_block(self.now()),
                             learner=self.mode.learner_block()
                             if isinstance(self.mode, WeightsMode) else None,
                             tracking=None if self.tracking is None
-                            else self.tracking.snapshot())
+                            else self.tracking.snapshot(),
+                            reachability=self._reachability_status())
+
+    def _reachability_status(self) -> ReachabilityStatus | None:
+        r = self.reachability
+        if r is None:
+            return None
+        s = r.snapshot()
+        return ReachabilityStatus(verdict=str(s.verdict), servers=s.servers, reached=s.reached,
+                                  not_reached=s.not_reached, checked_s_ago=s.checked_s_ago,
+                                  last_error=s.last_error)

@@ -23,7 +23,10 @@ The mend, per host (:class:`PeerTables`, installed by :class:`peerd.net.transpor
   and never the host's own entry;
 - the host runs identify only with admitted peers (the daemon's members): an outsider's
   addresses, protocols and observed address are never stored (peerd dials from its own
-  discovery and static peers, so it has no use for them);
+  discovery and static peers, so it has no use for them). The one exception is
+  :meth:`PeerTables.identify_also`: the relays of ``[network] relays`` when hole punching
+  is on, whose identify answers tell us the public address our NAT gives us (DCUtR's
+  address prediction reads nothing else);
 - every table above forgets an outsider once its last connection is gone, so the tables
   hold the members and the few outsiders connected at the moment, not every key ever seen;
 - the task serving an inbound connection ends when that connection closes: py-libp2p
@@ -83,9 +86,17 @@ class PeerTables:
         self.forgotten = 0
         #: Peerstore entries evicted to stay within the bound.
         self.evicted = 0
+        #: Outsiders identified all the same (a bounded set the caller names).
+        self._identify_also: frozenset[str] = frozenset()
 
     def kept(self, peer_id: str) -> bool:
         return self._keep is None or bool(self._keep(peer_id))
+
+    def identify_also(self, peer_ids: frozenset[str]) -> None:
+        """Identify these peers too, though not kept (the configured relays, for the
+        observed address DCUtR predicts from): a few ids named in the config, not a table
+        a peer can grow."""
+        self._identify_also = peer_ids
 
     def install(self) -> None:
         host: Any = self._host  # BasicHost's private parts are what is being mended
@@ -95,7 +106,8 @@ class PeerTables:
         should_identify = host._should_identify_peer
 
         def identify_only_kept(peer: ID) -> bool:
-            return self.kept(str(peer)) and bool(should_identify(peer))
+            wanted = self.kept(str(peer)) or str(peer) in self._identify_also
+            return wanted and bool(should_identify(peer))
 
         host._should_identify_peer = identify_only_kept
         identify = host._identify_peer

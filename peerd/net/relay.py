@@ -26,6 +26,9 @@ py-libp2p 0.8.1 provides both protocols (``CircuitV2Protocol(allow_hop=True)``,
 :class:`_Hop` and :class:`_Rendezvous` add the missing bounds (:class:`RelayLimits`), each at
 the library's own decision point (a subclass method), and :meth:`RelayService.run` sweeps
 what the library only cleans when asked. It must not know what travels in a circuit.
+
+The same host answers AutoNAT v1 dial-back requests (peerd.net.autonat), so the members
+that reserve here can learn whether they need to (peerd.net.reachability).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits as LibraryRelayLimits
 from libp2p.tools.anyio_service.context import background_trio_service
 from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
+
+from peerd.net.autonat import AutoNATServer
 
 logger = logging.getLogger(__name__)
 
@@ -347,6 +352,8 @@ class RelayService:
         #: running the service can hand it to its relay client instead of a second one.
         self.hop = _Hop(host, limits, self._stats)
         self._rendezvous: _Rendezvous | None = None
+        #: Dial-backs for members asking whether they need a relay at all.
+        self.autonat = AutoNATServer(host)
 
     def stats(self) -> RelayStats:
         s = self._stats
@@ -366,6 +373,7 @@ class RelayService:
                   ) -> None:
         """Serve until cancelled; ``task_status.started()`` once both protocols answer."""
         self._rendezvous = _Rendezvous(self.host, self.limits, self._stats)
+        self.autonat.install()
         try:
             async with background_trio_service(self.hop):
                 await self.hop.event_started.wait()
@@ -374,6 +382,7 @@ class RelayService:
                     await trio.sleep(SWEEP_INTERVAL_S)
                     self.sweep()
         finally:
+            self.autonat.remove()
             self.host.remove_stream_handler(RENDEZVOUS_PROTOCOL)
             self._rendezvous = None
 

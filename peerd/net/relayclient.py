@@ -168,7 +168,8 @@ class RelayClient:
                  clock: Callable[[], float] = time.time,
                  discover_interval_s: float = DISCOVER_INTERVAL_S,
                  retry_max_s: float = RETRY_MAX_S,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 needs_reservation: Callable[[], bool] = lambda: True) -> None:
         self._transport = transport
         self._states = [RelayState(a, split_relay(a)[1]) for a in dict.fromkeys(relays)]
         self.namespace = rendezvous_namespace(fleet_id)
@@ -186,6 +187,9 @@ class RelayClient:
         #: The circuits each relay's rendezvous point holds for us (by relay id).
         self._registered: dict[str, tuple[str, ...]] = {}
         self.started = trio.Event()
+        #: Reachability (peerd.net.reachability): False while this node is publicly dialable;
+        #: then no reservation is made or refreshed, rendezvous DISCOVER goes on.
+        self._needs_reservation = needs_reservation
 
     # ------------------------------------------------------------------ what others read
     def states(self) -> list[RelayState]:
@@ -249,6 +253,9 @@ class RelayClient:
         lost_at = -RETRY_FAST_S  # trio time a held reservation was lost
         while True:
             try:
+                if not self._needs_reservation():
+                    await self._unreserved(st)
+                    continue
                 await self._reserve(st)
                 backoff = RETRY_MIN_S
                 await self._register(st)
@@ -317,7 +324,7 @@ class RelayClient:
             if not self._transport.is_connected(st.relay_id):
                 raise RelayError("connection to the relay lost")
             now = self._clock()
-            if now >= refresh_at:
+            if now >= refresh_at or not self._needs_reservation():
                 return
             if st.registered and self._registered.get(st.relay_id) != self._circuits():
                 # A reservation elsewhere was lost or made: the registration says so, so
@@ -328,6 +335,28 @@ class RelayClient:
                 next_discover = self._clock() + self._discover_interval_s
             await trio.sleep(max(0.0, min(WATCH_S, refresh_at - now,
                                           next_discover - self._clock())))
+
+    async def _unreserved(self, st: RelayState) -> None:
+        """While no reservation is needed (reachability): drop the one held (its circuit
+        leaves our address record; the relay frees it at its TTL), keep the connection and
+        DISCOVER, so NAT'd members registered there are still found and dialled."""
+        if st.reserved_until is not None:
+            st.reserved_until, st.registered = None, False
+            logger.info("relay %s: no reservation needed (publicly reachable)", st.addr)
+            self._changed()
+        head, relay_id = split_relay(st.addr)
+        next_discover = self._clock()
+        while not self._needs_reservation():
+            if not self._transport.is_connected(relay_id):
+                try:
+                    await self._transport.connect(relay_id, [head],
+                                                  timeout_s=RESERVE_TIMEOUT_S)
+                except TransportError as exc:
+                    raise RelayError(f"unreachable: {exc}") from None
+            if self._clock() >= next_discover:
+                await self._discover(st)
+                next_discover = self._clock() + self._discover_interval_s
+            await trio.sleep(WATCH_S)
 
     # ------------------------------------------------------------------ rendezvous
     async def _rendezvous(self, st: RelayState, request: Message) -> Message:

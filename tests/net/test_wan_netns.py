@@ -141,3 +141,57 @@ def test_a_rate_on_the_uplinks_bounds_a_transfers_throughput() -> None:
     print(f"{rate_mbit} Mbit/s uplink: {n} bytes at {mbit_s:.1f} Mbit/s", file=sys.stderr)
     # Unshaped veths carry Gbit/s; a burst of 16 kB lets the first packets through at once.
     assert 0.6 * rate_mbit <= mbit_s <= 1.1 * rate_mbit
+
+
+def answered(w: Wan, n: int) -> int:
+    got = subprocess.run(w.sites["a"].hosts[0].python(
+        ECHO, "burst", w.public[0].address, str(PORT), str(n)),
+        capture_output=True, text=True, timeout=30, check=True)
+    return int(got.stdout)
+
+
+def test_loss_on_the_uplinks_drops_probes_each_way_without_netem() -> None:
+    # 5 % each way: a probe and its answer both cross, so 1 - 0.95² = 9.75 % go unanswered
+    # (49 of 500 on average; at most 110 or at least 15 is each < 1e-6 by the binomial).
+    # An unshaped link answers all 500 (one lost datagram on a loaded machine, at most).
+    n, loss_pct = 500, 5.0
+    with built(link=Link(loss_pct=loss_pct)) as w:
+        lost = n - answered(w, n)
+    print(f"{loss_pct} % loss each way: {lost} of {n} probes unanswered", file=sys.stderr)
+    assert 15 <= lost <= 110, lost
+
+
+def test_rate_and_loss_together_both_apply() -> None:
+    # The slow-link tests' uplink: 20 Mbit/s with 1 % loss each way. A round trip in the
+    # namespaces is well under a millisecond, so TCP recovers from 1 % loss fast enough to
+    # keep the rate (its retransmissions are the cost): the throughput stays in the rate's
+    # band, and the probes still see the loss (1 - 0.99² ≈ 2 %: 20 of 1000 on average).
+    rate_mbit, n = 20.0, 2_000_000
+    with built(link=Link(rate_mbit=rate_mbit, loss_pct=1.0)) as w:
+        got = subprocess.run(w.sites["a"].hosts[0].python(
+            ECHO, "blast", w.public[0].address, str(PORT), str(n)),
+            capture_output=True, text=True, timeout=30, check=True)
+        lost = 1000 - answered(w, 1000)
+    mbit_s = n * 8 / float(got.stdout) / 1e6
+    print(f"{rate_mbit} Mbit/s, 1 % loss: {mbit_s:.1f} Mbit/s; {lost} of 1000 probes "
+          f"unanswered", file=sys.stderr)
+    assert 0.4 * rate_mbit <= mbit_s <= 1.1 * rate_mbit
+    assert 4 <= lost <= 60, lost
+
+
+def test_a_link_without_delay_needs_no_netem_and_loses_each_way_in_the_router() -> None:
+    lossy = Link(rate_mbit=20.0, loss_pct=1.0)
+    assert not lossy.needs_netem
+    assert skip_reason(lossy) == skip_reason()  # the same as an unshaped WAN's
+    qdisc = lossy.qdisc()
+    assert qdisc is not None
+    assert qdisc[0] == "tbf"
+    rules = lossy.drop_rules()
+    assert [r[:2] for r in rules] == [["-i", "wan0"], ["-o", "wan0"]]
+    assert all(r[r.index("--probability") + 1] == "0.010000" for r in rules)
+    assert Link(loss_pct=1.0).qdisc() is None  # loss alone: no qdisc at all
+    # With a delay netem carries everything, and the router drops nothing itself.
+    delayed = Link(delay_ms=40.0, rate_mbit=20.0, loss_pct=1.0)
+    assert delayed.needs_netem
+    assert delayed.drop_rules() == []
+    assert delayed.qdisc() == ["netem", "delay", "40.0ms", "rate", "20.0mbit", "loss", "1.0%"]

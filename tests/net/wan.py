@@ -13,8 +13,9 @@ Each router forwards (``ip_forward`` is on there only) and masquerades what leav
 site ``a`` plainly (Linux keeps a flow's source port when it is free, so one socket keeps one
 public port towards every destination: endpoint-independent mapping), site ``b`` with
 ``--random-fully`` (a random port per flow: symmetric-ish). Like a home router it drops what
-arrives on ``wan0`` unless it belongs to a flow started from inside. ``Link`` shapes both ends of
-each uplink (``tc``: netem for delay and loss, tbf for a rate alone). Every namespace is deleted
+arrives on ``wan0`` unless it belongs to a flow started from inside. ``Link`` shapes each uplink
+(see there): a rate and loss work on any kernel, a delay needs ``sch_netem``; :func:`cut` takes
+an uplink down for a while, as a failing line does. Every namespace is deleted
 on exit, also when the test fails; nothing is added to the root namespace (no mDNS leaves it).
 Both iptables back ends (nft, legacy) work inside a namespace; ``iptables`` is whichever the
 system's alternative names. ``skip_reason(link)`` says why this cannot run here.
@@ -27,12 +28,13 @@ import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from peerd.mesh.netns import IP_CMD_TIMEOUT_S, Host, unavailable
 
-__all__ = ["PUBLIC_SUBNET", "Link", "Site", "Wan", "skip_reason", "wan"]
+__all__ = ["PUBLIC_SUBNET", "Link", "Site", "Wan", "cut", "drop_unsolicited", "punchable",
+           "skip_reason", "wan"]
 
 PUBLIC_SUBNET = "203.0.113"
 #: Site ``a`` keeps a flow's port (endpoint-independent), ``b`` randomises it per flow.
@@ -41,7 +43,14 @@ NAT_FLAGS = {"a": (), "b": ("--random-fully",)}
 
 @dataclass(frozen=True)
 class Link:
-    """Shaping applied at both ends of each router's uplink (so an RTT gains 2 × delay)."""
+    """Shaping of each router's uplink, in both directions (so an RTT gains 2 × delay).
+
+    Only a delay needs ``sch_netem`` (many CI and distribution kernels lack it): with a delay,
+    netem at both ends of the uplink carries the delay, rate and loss together; without one,
+    a rate is a tbf at both ends and loss is an iptables ``statistic`` DROP in the router's
+    FORWARD chain, one rule each way, so each direction loses ``loss_pct`` of its packets, as
+    netem at each end would. Same link, whichever the kernel offers; a test that needs a delay
+    skips where netem is missing (:func:`skip_reason`), the others run everywhere."""
 
     delay_ms: float = 0.0
     rate_mbit: float | None = None
@@ -49,9 +58,10 @@ class Link:
 
     @property
     def needs_netem(self) -> bool:
-        return self.delay_ms > 0 or self.loss_pct > 0
+        return self.delay_ms > 0
 
-    def qdisc(self) -> list[str]:
+    def qdisc(self) -> list[str] | None:
+        """The uplink's ``tc qdisc`` (both ends), or None when it needs none."""
         if self.needs_netem:
             args = ["netem", "delay", f"{self.delay_ms}ms"]
             if self.rate_mbit is not None:
@@ -59,9 +69,19 @@ class Link:
             if self.loss_pct > 0:
                 args += ["loss", f"{self.loss_pct}%"]
             return args
-        assert self.rate_mbit is not None
+        if self.rate_mbit is None:
+            return None
         # burst: a few MTU-sized packets, so the rate holds over short transfers too.
         return ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", "16kb", "latency", "400ms"]
+
+    def drop_rules(self) -> list[list[str]]:
+        """The router's FORWARD rules (to insert first) that lose ``loss_pct`` each way, when
+        netem does not carry the loss."""
+        if self.needs_netem or self.loss_pct <= 0:
+            return []
+        stat = ["-m", "statistic", "--mode", "random", "--probability",
+                f"{self.loss_pct / 100:.6f}", "-j", "DROP"]
+        return [[side, "wan0", *stat] for side in ("-i", "-o")]
 
 
 @dataclass(frozen=True)
@@ -113,10 +133,24 @@ def skip_reason(link: Link | None = None) -> str | None:
 
 
 def _shape(ns: str, dev: str, link: Link | None) -> None:
-    if link is not None and (link.needs_netem or link.rate_mbit is not None):
+    qdisc = link.qdisc() if link is not None else None
+    if qdisc is not None:
         _ip("-n", ns, "link", "set", dev, "up")
-        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root",
-              *link.qdisc()])
+        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", *qdisc])
+
+
+@contextmanager
+def cut(site: Site) -> Iterator[None]:
+    """The site's uplink carries nothing while inside (every forwarded packet dropped, both
+    ways, as a failed line or a dead modem does; the hosts' connections see only silence),
+    and carries again after. The rule goes first, ahead of the NAT's and the loss rules."""
+    rt = ["ip", "netns", "exec", site.router.name, "iptables"]
+    rule = ["FORWARD", "-j", "DROP"]
+    _run([*rt, "-I", *rule])
+    try:
+        yield
+    finally:
+        _run([*rt, "-D", *rule])
 
 
 @contextmanager
@@ -170,6 +204,8 @@ def wan(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int
             _run([*rt, "iptables", "-A", "FORWARD", "-i", "wan0", "-m", "conntrack",
                   "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
             _run([*rt, "iptables", "-A", "FORWARD", "-i", "wan0", "-j", "DROP"])
+            for rule in link.drop_rules() if link is not None else []:
+                _run([*rt, "iptables", "-I", "FORWARD", *rule])  # ahead of the accepts
             hosts = []
             for i in range(n):
                 h = Host(ns(f"{name}{i}"), f"10.{net}.{k + 1}.{i + 2}")
@@ -181,3 +217,25 @@ def wan(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int
     finally:
         for name in reversed(created):
             _ip("netns", "del", name, check=False)
+
+
+def punchable(w: Wan, *, routers_drop: bool = True) -> None:
+    """Make site b endpoint-independent too (its ``--random-fully`` rule replaced by plain
+    MASQUERADE) and, with ``routers_drop``, have both routers drop unsolicited SYNs to their
+    own address, as many home routers do, instead of answering them with a RST (whose
+    passage back through the other NAT ends the mapping the other side's SYN has just
+    opened): the two sites between which DCUtR hole punching works
+    (docs/transport.md, "DCUtR")."""
+    rt = w.sites["b"].router.command
+    _run(rt(["iptables", "-t", "nat", "-F", "POSTROUTING"]))
+    _run(rt(["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "wan0", "-j", "MASQUERADE"]))
+    w.sites["b"] = replace(w.sites["b"], random_fully=False)
+    if routers_drop:
+        drop_unsolicited(w)
+
+
+def drop_unsolicited(w: Wan) -> None:
+    """Both routers drop an unsolicited SYN to their own address (see :func:`punchable`)."""
+    for site in w.sites.values():
+        _run(site.router.command(["iptables", "-A", "INPUT", "-i", "wan0", "-m", "conntrack",
+                                  "--ctstate", "NEW,INVALID", "-j", "DROP"]))

@@ -7,6 +7,8 @@
 - ``tcp HOST PORT``: connects (3 s), prints the answer, or ``error: ...`` and exits 1.
 - ``blast HOST PORT BYTES``: sends BYTES to the sink at PORT+1, prints the seconds until its
   answer came back (everything had arrived).
+- ``burst HOST PORT N``: N datagrams 2 ms apart from one socket, then prints how many answers
+  came back within a second of the last (each lost on the way there or back counts once).
 - ``udp LOCAL_PORT``: one socket bound to LOCAL_PORT; for every stdin line ``HOST PORT`` sends
   a datagram and prints ``<answer> <rtt_ms>`` (or ``timeout``), so one flow outlives the lines.
 """
@@ -68,6 +70,22 @@ def blast(host: str, port: int, n: int) -> None:
         print(f"{time.monotonic() - t0:.3f}", flush=True)
 
 
+def burst(host: str, port: int, n: int) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    got = 0
+    for _ in range(n):
+        s.sendto(b"x", (host, port))
+        time.sleep(0.002)
+        while select.select([s], [], [], 0)[0]:
+            s.recvfrom(2048)
+            got += 1
+    deadline = time.monotonic() + 1.0
+    while (left := deadline - time.monotonic()) > 0 and select.select([s], [], [], left)[0]:
+        s.recvfrom(2048)
+        got += 1
+    print(got, flush=True)
+
+
 def udp(local_port: int) -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", local_port))
@@ -92,5 +110,7 @@ if __name__ == "__main__":
         sys.exit(tcp(rest[0], int(rest[1])))
     elif mode == "blast":
         blast(rest[0], int(rest[1]), int(rest[2]))
+    elif mode == "burst":
+        burst(rest[0], int(rest[1]), int(rest[2]))
     else:
         udp(int(rest[0]))
