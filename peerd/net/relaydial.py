@@ -39,6 +39,9 @@ DIRECT_FIRST_TIMEOUT_S = 5.0
 DIRECT_HEAD_START_S = 1.0
 #: How often a dial whose circuits failed looks for a reservation made anew meanwhile.
 RECHECK_S = 0.25
+#: Passes over the circuits of one dial at most, CIRCUIT_RETRY_S apart after the first:
+#: after a relay restart the peer's reservation there may come a second or two after ours.
+MAX_CIRCUIT_PASSES, CIRCUIT_RETRY_S = 4, 1.0
 
 
 def circuit_relay(circuit: str) -> str:
@@ -94,23 +97,31 @@ async def dial(t: Transport, dialer: CircuitV2Transport | None, peer_id: str,
         nonlocal relayed
         with trio.move_on_after(DIRECT_HEAD_START_S if head_start_s is None else head_start_s):
             await direct_over.wait()
-        todo, tried_held = list(circuits), set(held())
+        todo, passes, held_when_tried = list(circuits), 0, {}
+        last_pass = trio.current_time()
         while True:
-            if todo and await _dial_circuits(t, dialer, peer_id, todo, errors):
-                relayed = True
-                done.cancel()
-                return
-            if direct_over.is_set():
-                over = True
+            if todo:
+                now = set(held())
+                held_when_tried.update({c: circuit_relay(c) in now for c in todo})
+                if await _dial_circuits(t, dialer, peer_id, todo, errors):
+                    relayed = True
+                    done.cancel()
+                    return
+                passes, last_pass = passes + 1, trio.current_time()
+            over = direct_over.is_set()
+            if over:
+                await trio.sleep(RECHECK_S)
             else:
                 with trio.move_on_after(RECHECK_S):
                     await direct_over.wait()
-                over = False
-            now = set(held())
-            todo = [c for c in circuits
-                    if circuit_relay(c) in now and circuit_relay(c) not in tried_held]
-            tried_held |= now
-            if over and not todo:
+            now, again = set(held()), passes < MAX_CIRCUIT_PASSES and \
+                trio.current_time() - last_pass >= CIRCUIT_RETRY_S
+            # Through a relay held now: a circuit that failed while it was not, or (a few
+            # passes, spaced) one whose peer may be reserving there again too.
+            todo = [c for c in circuits if circuit_relay(c) in now
+                    and (not held_when_tried.get(c) or again)]
+            if over and not todo and (passes >= MAX_CIRCUIT_PASSES or not any(
+                    circuit_relay(c) in now for c in circuits)):
                 return
 
     async with trio.open_nursery() as nursery:
