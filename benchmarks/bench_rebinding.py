@@ -24,27 +24,16 @@ rendered from them (benchmarks/docs_tables.py and tests/docs re-render and diff 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import signal
-import statistics
 import subprocess
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks._reconverge import GIVE_UP_S, POLL_S, ROOT, SETTLE_S, met, stop_all, summary, target
+
 READINGS = ROOT / "docs" / "reliability" / "nat-rebinding.json"
-RELIABILITY = ROOT / "docs" / "reliability.md"
 MARK = "nat-rebinding"
-#: How often each member's status is read while waiting (the readings' resolution).
-POLL_S = 0.2
-#: A member not re-converged this long after a flush is recorded as not re-converged (None).
-GIVE_UP_S = 60.0
-#: Pause between a site's re-convergence and the next flush (connections settle).
-SETTLE_S = 3.0
 
 
 def _pub_state(status: dict[str, Any] | None, pub_id: str) -> tuple[int, int]:
@@ -81,7 +70,6 @@ def _flush_and_time(router: Any, members: list[Any], pub_id: str) -> list[dict[s
 
 
 def measure(repeat: int, sites: list[str], logs: Path | None = None) -> dict[str, Any]:
-    from peerd.daemon.gossiping import GOSSIP_INTERVAL_S
     from tests.integration.mesh import (
         STARTUP_TIMEOUT_S,
         cached_origins,
@@ -122,8 +110,6 @@ def measure(repeat: int, sites: list[str], logs: Path | None = None) -> dict[str
                 for i, n in enumerate(by_site[s]):
                     n.name = f"{s}{i}"
                 k += len(members_by_site[s])
-            rounds = {tomllib.loads(n.config.read_text())["learning"]["round_interval_s"]
-                      for n in nodes}
             readings: dict[str, list[dict[str, Any]]] = {s: [] for s in sites}
             for rep in range(repeat):
                 for s in sites:
@@ -131,38 +117,13 @@ def measure(repeat: int, sites: list[str], logs: Path | None = None) -> dict[str
                         readings[s].append({"repeat": rep, **row})
                     time.sleep(SETTLE_S)
         finally:
-            for node in running:
-                if node.proc is not None and node.proc.poll() is None:
-                    node.proc.send_signal(signal.SIGTERM)
-            for node in running:
-                node.stop()
-            if logs is not None:  # what each daemon said, for reading why a flush took long
-                logs.mkdir(parents=True, exist_ok=True)
-                for node in running:
-                    shutil.copy(node.log, logs / f"{node.name}.log")
-    assert len(rounds) == 1, f"the daemons' round intervals differ: {rounds}"
-    round_s = rounds.pop()
-    return {"repeat": repeat, "sites": sites, "round_interval_s": round_s,
-            "gossip_sweep_s": GOSSIP_INTERVAL_S,
-            "target_s": 2 * round_s + GOSSIP_INTERVAL_S, "poll_s": POLL_S,
-            "give_up_s": GIVE_UP_S, "readings": readings}
-
-
-def _summary(values: list[float | None], give_up: float) -> tuple[str, str, int, bool | None]:
-    """(median, max, n re-converged, all within... ) as text; a miss counts as give_up."""
-    done = [v for v in values if v is not None]
-    if not values:
-        return "–", "–", 0, None
-    worst = [v if v is not None else give_up for v in values]
-    med = statistics.median(worst)
-    top = max(worst)
-    top_s = f"{top:.1f}" if len(done) == len(values) else f"> {give_up:.0f}"
-    return f"{med:.1f}", top_s, len(done), len(done) == len(values)
+            stop_all(running, logs)
+        return {"repeat": repeat, "sites": sites, **target(nodes), "readings": readings}
 
 
 def render(r: dict[str, Any]) -> str:
     """The doc's section from one run's readings."""
-    target = r["target_s"]
+    target_s = r["target_s"]
     nat = {"a": "MASQUERADE", "b": "MASQUERADE --random-fully"}
     lines = [
         "### NAT rebinding — `python -m benchmarks.bench_rebinding`",
@@ -172,7 +133,7 @@ def render(r: dict[str, Any]) -> str:
         "bootstrapped from, and until it cached a newer version of that member's entry "
         f"(status polled every {r['poll_s']} s). Target: 2 × round interval "
         f"({r['round_interval_s']:g} s) + 1 gossip sweep ({r['gossip_sweep_s']:g} s, mean) "
-        f"= **{target:g} s**, judged on the max.",
+        f"= **{target_s:g} s**, judged on the max.",
         "",
         "| site (NAT) | member | reading | median (s) | max (s) | n | target met |",
         "|---|---|---|---:|---:|---:|---|",
@@ -182,11 +143,10 @@ def render(r: dict[str, Any]) -> str:
         for member in sorted({row["member"] for row in rows}):
             mine = [row for row in rows if row["member"] == member]
             for key, what in (("session_s", "fresh session"), ("version_s", "fresh entry")):
-                med, top, n, complete = _summary([row[key] for row in mine], r["give_up_s"])
                 vals = [row[key] for row in mine]
-                met = bool(complete) and max(v for v in vals if v is not None) <= target
+                med, top, n, _ = summary(vals, r["give_up_s"])
                 lines.append(f"| {site} ({nat[site]}) | {member} | {what} | {med} | {top} | "
-                             f"{n}/{len(mine)} | {'met' if met else 'not met'} |")
+                             f"{n}/{len(mine)} | {met(vals, target_s)} |")
     if "provenance" in r:
         from benchmarks import _provenance
 
@@ -195,31 +155,20 @@ def render(r: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    from benchmarks import _provenance
-    from benchmarks._report import write_section
+    from benchmarks import _reconverge
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5, help="flushes per site")
     ap.add_argument("--sites", default="a,b", help="comma list of sites to measure (a, b)")
     ap.add_argument("--logs", type=Path, help="copy each daemon's log into this folder")
-    ap.add_argument("--no-write", action="store_true", help="print only")
-    ap.add_argument("--render", action="store_true",
-                    help="measure nothing: rewrite the section from the committed readings")
-    args = ap.parse_args()
-    if args.render:
-        write_section(MARK, render(json.loads(READINGS.read_text())), RELIABILITY)
-        return
-    sites = [s for s in args.sites.split(",") if s]
-    if not sites or any(s not in ("a", "b") for s in sites):
-        raise SystemExit(f"bench_rebinding: --sites takes a and/or b, not {args.sites!r}")
-    started = _provenance.start(ap, args)
-    r = measure(args.repeat, sites, args.logs)
-    r["provenance"] = started.record()
-    md = render(r)
-    print(md)
-    if not args.no_write:
-        READINGS.write_text(json.dumps(r, indent=1) + "\n")
-        write_section(MARK, md, RELIABILITY)
+
+    def run(args: argparse.Namespace) -> dict[str, Any]:
+        sites = [s for s in args.sites.split(",") if s]
+        if not sites or any(s not in ("a", "b") for s in sites):
+            raise SystemExit(f"bench_rebinding: --sites takes a and/or b, not {args.sites!r}")
+        return measure(args.repeat, sites, args.logs)
+
+    _reconverge.main(ap, run, render, READINGS, MARK)
 
 
 if __name__ == "__main__":

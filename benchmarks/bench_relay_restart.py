@@ -27,31 +27,30 @@ rendered from them (benchmarks/docs_tables.py and tests/docs re-render and diff 
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import shutil
-import signal
-import statistics
 import tempfile
 import time
-import tomllib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks._reconverge import (
+    GIVE_UP_S,
+    MEMBER_TABLE,
+    POLL_S,
+    ROOT,
+    SETTLE_S,
+    cli,
+    member_rows,
+    provenance_tail,
+    stop_all,
+    summary,
+    target,
+    target_text,
+)
+
 READINGS = ROOT / "docs" / "reliability" / "relay-restart.json"
-RELIABILITY = ROOT / "docs" / "reliability.md"
 MARK = "relay-restart"
-#: How often each member's status is read while waiting (the readings' resolution).
-POLL_S = 0.2
-#: A member not re-converged this long after a restart is recorded as not re-converged (None).
-GIVE_UP_S = 60.0
-#: Pause between a repetition's re-convergence and the next stop (connections settle).
-SETTLE_S = 3.0
-#: Every node caching every other's entry through the relay, after they all answer.
-MEET_TIMEOUT_S = 180.0
 #: The relay client's line when it holds a reservation (peerd/net/relayclient.py), after the
 #: daemon's log format's asctime (cli/run.py: local time, milliseconds).
 RESERVED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO "
@@ -70,39 +69,53 @@ def _reserved_at(log: Path, addr: str, after: float) -> float | None:
     return None
 
 
+def other_site(member: Any, members: list[Any]) -> list[str]:
+    """The ids of the other site's members (relay_fleet names them by site: "a0", "b1")."""
+    return [o.id for o in members if o.name[0] != member.name[0]]
+
+
+def time_cross_site(members: list[Any], before: dict[str, tuple[int, dict[str, int]]],
+                    since: float) -> dict[str, dict[str, float | None]]:
+    """Per member, the seconds from ``since`` (monotonic) until its next completed session
+    with the other site and until it caches a newer version of both other-site members'
+    entries than in ``before`` (relay_sites.cross_state); None: not within GIVE_UP_S."""
+    from tests.integration.relay_sites import cross_state
+
+    got: dict[str, dict[str, float | None]] = {m.name: {"session_s": None, "version_s": None}
+                                               for m in members}
+    while time.monotonic() - since < GIVE_UP_S:
+        for m in members:
+            others = other_site(m, members)
+            done, versions = cross_state(m.status(), others)
+            now = round(time.monotonic() - since, 2)
+            mine, (done0, versions0) = got[m.name], before[m.name]
+            if mine["session_s"] is None and done > done0:
+                mine["session_s"] = now
+            if mine["version_s"] is None and versions and all(
+                    versions[o] > versions0.get(o, -1) for o in others):
+                mine["version_s"] = now
+        if all(v is not None for g in got.values() for v in g.values()):
+            break
+        time.sleep(POLL_S)
+    return got
+
+
 def _restart_and_time(w: Any, state_dir: Path, proc: Any, addr: str,
                       members: list[Any]) -> tuple[Any, dict[str, Any]]:
     """Stop the relay ``proc`` and start it again; the new process and this repetition's
     readings (down_s; per member session_s and version_s, None: not within GIVE_UP_S)."""
     from tests.integration.relay_sites import cross_state, start_relay, stop_relay
 
-    # relay_fleet names members by site ("a0", "b1"): the other site is the other letter.
-    other = {m.name: [o.id for o in members if o.name[0] != m.name[0]] for m in members}
     stopped, stopped_wall = time.monotonic(), time.time()
     stop_relay(proc)
     # Read once the old process has exited: no circuit is left, so nothing counted after this
     # can have come through the old relay (read before the stop, a session completing while
     # it shut down would count as fresh).
-    before = {m.name: cross_state(m.status(), other[m.name]) for m in members}
+    before = {m.name: cross_state(m.status(), other_site(m, members)) for m in members}
     proc, again = start_relay(w.public[0], state_dir)
     restarted, restarted_wall = time.monotonic(), time.time()
     assert again == addr, f"the relay came back as {again}, not {addr}"
-    got: dict[str, dict[str, float | None]] = {m.name: {"session_s": None, "version_s": None}
-                                               for m in members}
-    while time.monotonic() - restarted < GIVE_UP_S:
-        for m in members:
-            done, versions = cross_state(m.status(), other[m.name])
-            now = round(time.monotonic() - restarted, 2)
-            mine, (done0, versions0) = got[m.name], before[m.name]
-            if mine["session_s"] is None and done > done0:
-                mine["session_s"] = now
-            if mine["version_s"] is None and versions and all(
-                    versions[o] > versions0.get(o, -1) for o in other[m.name]):
-                mine["version_s"] = now
-        if all(g["session_s"] is not None and g["version_s"] is not None
-               for g in got.values()):
-            break
-        time.sleep(POLL_S)
+    got = time_cross_site(members, before, restarted)
     # When each member held a reservation again, from its log (no status field says it):
     # what the relay client's retry backoff adds before any circuit can be dialled.
     for m in members:
@@ -113,70 +126,31 @@ def _restart_and_time(w: Any, state_dir: Path, proc: Any, addr: str,
 
 
 def measure(repeat: int, logs: Path | None = None) -> dict[str, Any]:
-    from peerd.daemon.gossiping import GOSSIP_INTERVAL_S
-    from tests.integration.mesh import (
-        STARTUP_TIMEOUT_S,
-        cached_origins,
-        start,
-        wait_for,
-    )
-    from tests.integration.relay_sites import relay_fleet, start_relay, stop_relay
-    from tests.net.wan import skip_reason, wan
+    from tests.integration.relay_sites import meet_across, need_wan, start_relay, stop_relay
+    from tests.net.wan import wan
 
-    reason = skip_reason()
-    if reason is not None:
-        raise SystemExit(f"bench_relay_restart: cannot build the WAN here: {reason}")
+    need_wan("bench_relay_restart")
     with tempfile.TemporaryDirectory() as tmp, wan((2, 2), 1) as w:
         state_dir = Path(tmp) / "relay"
         proc, addr = start_relay(w.public[0], state_dir)
         running: list[Any] = []
         try:
-            nodes = relay_fleet(Path(tmp), w, addr, mdns=True, debug=logs is not None)
-            start(nodes, running)
-            wait_for(lambda: all(n.status() is not None for n in nodes), STARTUP_TIMEOUT_S,
-                     "the daemons to answer", nodes)
-            wait_for(lambda: all({o.id for o in nodes if o is not n} <= cached_origins(n)
-                                 for n in nodes), MEET_TIMEOUT_S,
-                     "every node to cache every other's entry", nodes)
-            rounds = {tomllib.loads(n.config.read_text())["learning"]["round_interval_s"]
-                      for n in nodes}
+            nodes = meet_across(Path(tmp), w, [addr], running, debug=logs is not None)
+            fields = target(nodes)  # read while the configs exist
             readings: list[dict[str, Any]] = []
             for rep in range(repeat):
                 proc, row = _restart_and_time(w, state_dir, proc, addr, nodes)
                 readings.append({"repeat": rep, **row})
                 time.sleep(SETTLE_S)
         finally:
-            for node in running:
-                if node.proc is not None and node.proc.poll() is None:
-                    node.proc.send_signal(signal.SIGTERM)
-            for node in running:
-                node.stop()
+            stop_all(running, logs, state_dir.with_suffix(".log"))
             stop_relay(proc)
-            if logs is not None:  # what each daemon said, for reading why a restart took long
-                logs.mkdir(parents=True, exist_ok=True)
-                for node in running:
-                    shutil.copy(node.log, logs / f"{node.name}.log")
-                shutil.copy(Path(tmp) / "relay.log", logs / "relay.log")
-    assert len(rounds) == 1, f"the daemons' round intervals differ: {rounds}"
-    round_s = rounds.pop()
-    return {"repeat": repeat, "round_interval_s": round_s, "gossip_sweep_s": GOSSIP_INTERVAL_S,
-            "target_s": 2 * round_s + GOSSIP_INTERVAL_S, "poll_s": POLL_S,
-            "give_up_s": GIVE_UP_S, "readings": readings}
-
-
-def _summary(values: list[float | None], give_up: float) -> tuple[str, str, int, bool]:
-    """(median, max, n re-converged, all re-converged) as text; a miss counts as give_up."""
-    done = [v for v in values if v is not None]
-    if not values:
-        return "–", "–", 0, False
-    worst = [v if v is not None else give_up for v in values]
-    top_s = f"{max(worst):.1f}" if len(done) == len(values) else f"> {give_up:.0f}"
-    return f"{statistics.median(worst):.1f}", top_s, len(done), len(done) == len(values)
+    return {"repeat": repeat, **fields, "readings": readings}
 
 
 def render(r: dict[str, Any]) -> str:
     """The doc's section from one run's readings."""
-    target, give_up = r["target_s"], r["give_up_s"]
+    give_up = r["give_up_s"]
     rows = r["readings"]
     reserved = ("; \"reservation held again\" is read from the member's log (its relay "
                 "client's line)") if all("reserved_s" in m for row in rows
@@ -189,64 +163,23 @@ def render(r: dict[str, Any]) -> str:
         "down (stop until the new process serves) and, per member, the seconds from its "
         "restart until the member's next completed session with a member of the other "
         "site, and until it cached a newer version of both other-site members' entries "
-        f"(status polled every {r['poll_s']} s){reserved}. Target: 2 × round interval "
-        f"({r['round_interval_s']:g} s) + 1 gossip sweep ({r['gossip_sweep_s']:g} s, mean) "
-        f"= **{target:g} s**, judged on the max.",
+        f"(status polled every {r['poll_s']} s){reserved}. {target_text(r)}",
         "",
-        "| member | reading | median (s) | max (s) | n | target met |",
-        "|---|---|---:|---:|---:|---|",
+        *MEMBER_TABLE,
     ]
     down = [row["down_s"] for row in rows]
-    med, top, n, _ = _summary(down, give_up)
+    med, top, n, _ = summary(down, give_up)
     lines.append(f"| (relay) | down | {med} | {top} | {n}/{len(rows)} | – |")
-    members = sorted({m["member"] for row in rows for m in row["members"]})
-    for member in members:
-        mine = [m for row in rows for m in row["members"] if m["member"] == member]
-        for key, what in (("reserved_s", "reservation held again"),
-                          ("session_s", "fresh cross-site session"),
-                          ("version_s", "fresh cross-site entries")):
-            if any(key not in m for m in mine):  # readings made before it was recorded
-                continue
-            vals = [m[key] for m in mine]
-            med, top, n, complete = _summary(vals, give_up)
-            if key == "reserved_s":  # a part of the time, not a target of its own
-                verdict = "–"
-            else:
-                met = complete and max(v for v in vals if v is not None) <= target
-                verdict = "met" if met else "not met"
-            lines.append(f"| {member} | {what} | {med} | {top} | {n}/{len(mine)} | "
-                         f"{verdict} |")
-    if "provenance" in r:
-        from benchmarks import _provenance
-
-        lines += ["", _provenance.line(r["provenance"])]
+    # "reservation held again" is a part of the time, not a target of its own.
+    lines += member_rows(r, (("reserved_s", "reservation held again", False),
+                             ("session_s", "fresh cross-site session", True),
+                             ("version_s", "fresh cross-site entries", True)))
+    lines += provenance_tail(r)
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    from benchmarks import _provenance
-    from benchmarks._report import write_section
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5, help="relay restarts")
-    ap.add_argument("--logs", type=Path, help="copy each daemon's and the relay's log here")
-    ap.add_argument("--no-write", action="store_true", help="print only")
-    ap.add_argument("--render", action="store_true",
-                    help="measure nothing: rewrite the section from the committed readings")
-    args = ap.parse_args()
-    if args.render:
-        write_section(MARK, render(json.loads(READINGS.read_text())), RELIABILITY)
-        return
-    if args.repeat < 1:
-        raise SystemExit(f"bench_relay_restart: --repeat takes 1 or more, not {args.repeat}")
-    started = _provenance.start(ap, args)
-    r = measure(args.repeat, args.logs)
-    r["provenance"] = started.record()
-    md = render(r)
-    print(md)
-    if not args.no_write:
-        READINGS.write_text(json.dumps(r, indent=1) + "\n")
-        write_section(MARK, md, RELIABILITY)
+    cli(__doc__, measure, render, READINGS, MARK, "relay restarts")
 
 
 if __name__ == "__main__":

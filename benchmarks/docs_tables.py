@@ -163,6 +163,12 @@ def _relay_restart() -> str:
     return render(_json(READINGS))
 
 
+def _relay_fallback() -> str:
+    from benchmarks.bench_relay_fallback import READINGS, render
+
+    return render(_json(READINGS))
+
+
 def _relay() -> str:
     from benchmarks.bench_relay import READINGS, render
 
@@ -322,6 +328,8 @@ def registry() -> list[DocTable]:
                  _nat_rebinding),
         DocTable(reliability, "bench", "relay-restart", "docs/reliability/relay-restart.json",
                  _relay_restart),
+        DocTable(reliability, "bench", "relay-fallback", "docs/reliability/relay-fallback.json",
+                 _relay_fallback),
         DocTable(reliability, "bench", "churn", "docs/reliability/churn.json", _churn),
         DocTable(DOCS / "transport.md", "bench", "relay",
                  "docs/reproduction/relay/relay-entry.json", _relay),

@@ -13,10 +13,11 @@ registered at the relay's **rendezvous point** under the fleet's namespace
 which other members registered: what it learns there is a hint like an mDNS record (bounded,
 members only, and the Noise handshake proves the id when it is dialled).
 
-**Dialling** (:meth:`RelayClient.connect`): direct addresses first, with a short deadline
-when a circuit is there to fall back on; then the circuits, through py-libp2p's
-``CircuitV2Transport.dial`` (``host.connect`` dials TCP only). Noise and Yamux run end to end
-over the relayed stream: the relay carries ciphertext.
+**Dialling** (:meth:`RelayClient.connect`, :mod:`peerd.net.relaydial`): direct addresses
+first and, after their head start, the circuits beside them, those through relays where we
+hold a reservation first, through py-libp2p's ``CircuitV2Transport.dial`` (``host.connect``
+dials TCP only). Noise and Yamux run end to end over the relayed stream: the relay carries
+ciphertext.
 
 **Accepting**: the host runs the protocol's STOP side (``CircuitV2Protocol`` without hop), so
 relays can hand it circuits. A relayed connection is an inbound connection of the swarm like
@@ -59,7 +60,9 @@ from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_ms
 from libp2p.tools.anyio_service.context import background_trio_service
 from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
+from peerd.net import relaydial
 from peerd.net.relay import fleet_namespace
+from peerd.net.relaydial import circuit_relay, rank_circuits
 from peerd.net.transport import Transport, TransportError
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import as_node_id
@@ -72,14 +75,13 @@ logger = logging.getLogger(__name__)
 RESERVE_TIMEOUT_S = 10.0
 #: Deadline of one rendezvous request (REGISTER or DISCOVER and its answer).
 RENDEZVOUS_TIMEOUT_S = 10.0
-#: Deadline of one dial through a relay (the relay's CONNECT, then Noise and Yamux).
-CIRCUIT_DIAL_TIMEOUT_S = 15.0
-#: Deadline of the direct addresses when a circuit is there to fall back on: a NAT drops the
-#: SYN of an address that is private to another site, and waiting out TCP's own timeout
-#: (minutes) would hold the one path that works.
-DIRECT_FIRST_TIMEOUT_S = 5.0
 #: Backoff between attempts at a relay that is gone or refuses (jittered, doubling).
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
+#: For this long after a held reservation is lost, a relay is retried every RETRY_MIN_S
+#: (jittered) before the backoff doubles: a relay that restarts is back within seconds, and
+#: a doubled backoff had members wait up to 4 s more once it served again. A relay gone for
+#: good costs about as many refused dials, then the backoff grows as before.
+RETRY_FAST_S = 20.0
 #: How often the connection to a relay is looked at between refreshes: a relay that
 #: restarted lost our reservation with the connection, so we reserve again at once.
 WATCH_S = 1.0
@@ -103,6 +105,9 @@ MAX_RENDEZVOUS_PEERS = 64
 MAX_RENDEZVOUS_MESSAGE_LEN = 64 << 10
 #: Circuit addresses of one peer tried per dial: a peer registers at most a few relays.
 MAX_CIRCUIT_DIALS = 4
+#: Peers remembered as reached through a circuit at their last dial (their next dial gives
+#: the direct addresses no head start); the oldest is forgotten beyond this.
+MAX_RELAYED_LAST = 1024
 #: The limits our STOP side states (it relays nothing: the hop enforces its own limits).
 _STOP_LIMITS = RelayLimits(duration=3600, data=1 << 30, max_circuit_conns=16,
                            max_reservations=0)
@@ -177,6 +182,10 @@ class RelayClient:
         self._retry_max_s = retry_max_s
         self._rng = rng if rng is not None else random.Random()
         self._dialer: CircuitV2Transport | None = None
+        #: Peers our last dial reached through a circuit (insertion order: oldest first).
+        self._relayed_last: dict[str, None] = {}
+        #: The circuits each relay's rendezvous point holds for us (by relay id).
+        self._registered: dict[str, tuple[str, ...]] = {}
         self.started = trio.Event()
         #: Reachability (peerd.net.reachability): False while this node is publicly dialable;
         #: then no reservation is made or refreshed, rendezvous DISCOVER goes on.
@@ -214,7 +223,7 @@ class RelayClient:
             if not relayed:
                 return None  # a direct connection is there: that is the path used
             circuit = next((a for a in addrs if "/p2p-circuit" in a), "")
-            relay = circuit.split("/p2p-circuit")[0].rpartition("/p2p/")[2]
+            relay = circuit_relay(circuit)
             via = relay if relay and relay != own else via or UNKNOWN_RELAY
         return via
 
@@ -241,6 +250,7 @@ class RelayClient:
 
     async def _keep(self, st: RelayState) -> None:
         backoff = RETRY_MIN_S
+        lost_at = -RETRY_FAST_S  # trio time a held reservation was lost
         while True:
             try:
                 if not self._needs_reservation():
@@ -258,9 +268,11 @@ class RelayClient:
                 logger.log(logging.WARNING if had or st.failures == 1 else logging.DEBUG,
                            "relay %s: %s (retrying in about %.0f s)", st.addr, exc, backoff)
                 if had:
+                    lost_at = trio.current_time()
                     self._changed()
                 await trio.sleep(backoff * self._rng.uniform(0.5, 1.0))
-                backoff = min(backoff * 2, self._retry_max_s)
+                if trio.current_time() - lost_at >= RETRY_FAST_S:
+                    backoff = min(backoff * 2, self._retry_max_s)
 
     async def _reserve(self, st: RelayState) -> None:
         head, relay_id = split_relay(st.addr)
@@ -314,6 +326,10 @@ class RelayClient:
             now = self._clock()
             if now >= refresh_at or not self._needs_reservation():
                 return
+            if st.registered and self._registered.get(st.relay_id) != self._circuits():
+                # A reservation elsewhere was lost or made: the registration says so, so
+                # that members finding us here do not dial a dead relay's circuit first.
+                await self._register(st)
             if now >= next_discover:
                 await self._discover(st)
                 next_discover = self._clock() + self._discover_interval_s
@@ -370,7 +386,8 @@ class RelayClient:
         request.register.ns = self.namespace
         request.register.ttl = REGISTRATION_TTL_S
         request.register.peer.id = self._transport.host.get_id().to_bytes()
-        for addr in self.circuit_addrs()[:MAX_RECORD_ADDRS]:
+        circuits = self._circuits()
+        for addr in circuits:
             request.register.peer.addrs.append(multiaddr.Multiaddr(addr).to_bytes())
         try:
             answer = await self._rendezvous(st, request)
@@ -384,6 +401,12 @@ class RelayClient:
             logger.info("relay %s: rendezvous registration refused (%s)", st.addr,
                         answer.registerResponse.statusText[:100])
         st.registered = ok
+        if ok:
+            self._registered[st.relay_id] = circuits
+
+    def _circuits(self) -> tuple[str, ...]:
+        """What a registration lists: our circuits that a record could hold."""
+        return self.circuit_addrs()[:MAX_RECORD_ADDRS]
 
     async def _discover(self, st: RelayState) -> None:
         request = Message(type=Message.DISCOVER)
@@ -408,43 +431,31 @@ class RelayClient:
 
     # ------------------------------------------------------------------ dialling
     async def connect(self, peer_id: str, addrs: Sequence[str]) -> None:
-        """Ensure a connection to ``peer_id``: an open one, else its direct addresses, else
-        its circuits. TransportError when none worked."""
+        """Ensure a connection to ``peer_id``: an open one, else its direct addresses and its
+        circuits, those through relays where we hold a reservation first
+        (:func:`peerd.net.relaydial.dial`). TransportError when none worked."""
         t = self._transport
         if t.is_connected(peer_id):
             return
-        direct = [a for a in addrs if not is_circuit(a)]
-        circuits = [a for a in addrs if is_circuit(a)][:MAX_CIRCUIT_DIALS]
-        errors: list[str] = []
-        if direct:
-            try:
-                await t.connect(peer_id, direct,
-                                timeout_s=DIRECT_FIRST_TIMEOUT_S if circuits else None)
-                return
-            except TransportError as exc:
-                if not circuits:
-                    raise
-                errors.append(str(exc))
-        if self._dialer is None:
-            raise TransportError(f"no relay client running to dial {peer_id} through a relay")
-        pid = ID.from_base58(peer_id)
-        for circuit in circuits:
-            # The dial tries circuits of the peerstore first: only this one, then.
-            t.host.get_peerstore().clear_addrs(pid)
-            try:
-                with trio.fail_after(CIRCUIT_DIAL_TIMEOUT_S):
-                    await self._dialer.dial(multiaddr.Multiaddr(f"{circuit}/p2p/{peer_id}"))
-            except trio.TooSlowError:
-                errors.append(f"{circuit}: timed out")
-                continue
-            except Exception as exc:  # noqa: BLE001 - the relayed dial raises many types
-                errors.append(f"{circuit}: {exc}")
-                continue
-            if t.is_connected(peer_id):
-                logger.debug("connected to %s through %s", peer_id, circuit)
-                return
-            errors.append(f"{circuit}: no connection")
-        raise TransportError(f"dial to {peer_id} failed: {'; '.join(errors)}")
+        circuits = rank_circuits([a for a in addrs if is_circuit(a)], self._held(),
+                                 {s.relay_id for s in self._states})
+        # A peer our last dial reached only through a circuit gets no head start for its
+        # direct addresses: they were another site's, and will most likely fail again.
+        relayed = await relaydial.dial(
+            t, self._dialer, peer_id, [a for a in addrs if not is_circuit(a)],
+            circuits[:MAX_CIRCUIT_DIALS], self._held,
+            0.0 if peer_id in self._relayed_last else None)
+        self._relayed_last.pop(peer_id, None)
+        if relayed:
+            self._relayed_last[peer_id] = None
+            while len(self._relayed_last) > MAX_RELAYED_LAST:
+                del self._relayed_last[next(iter(self._relayed_last))]
+
+    def _held(self) -> set[str]:
+        """The relays where a reservation is held now."""
+        now = self._clock()
+        return {s.relay_id for s in self._states
+                if s.reserved_until is not None and s.reserved_until > now}
 
     def _changed(self) -> None:
         if self._on_change is not None:

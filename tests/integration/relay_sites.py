@@ -12,12 +12,22 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from peerd.mesh.netns import Host
-from tests.integration.mesh import PEERD, Node, make_fleet, write_overrides
-from tests.net.wan import Wan
+from tests.integration.mesh import (
+    PEERD,
+    STARTUP_TIMEOUT_S,
+    Node,
+    cached_origins,
+    make_fleet,
+    start,
+    wait_for,
+    write_overrides,
+)
+from tests.net.wan import Wan, skip_reason
 
 RELAY_PORT = 4011
 #: A relay that has not printed its JSON line this long after it was started never will
@@ -28,8 +38,8 @@ RELAY_START_TIMEOUT_S = 60.0
 def start_relay(host: Host, state_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     """``peerd relay`` in ``host``'s namespace (its identity in ``state_dir``, so a restart
     keeps the id), once it serves: the process and its ``/ip4/…/tcp/…/p2p/<id>``. Its output
-    goes to ``relay.log`` beside ``state_dir``, appended across restarts."""
-    log = state_dir.parent / "relay.log"
+    goes to ``<state_dir>.log``, appended across restarts."""
+    log = state_dir.with_suffix(".log")
     with log.open("ab") as out:
         proc = subprocess.Popen(host.command([*PEERD, "relay", "--state-dir", str(state_dir),
                                               "--port", str(RELAY_PORT), "--json"]),
@@ -53,10 +63,11 @@ def stop_relay(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=20)
 
 
-def relay_fleet(root: Path, w: Wan, relay_addr: str, *, mdns: bool,
+def relay_fleet(root: Path, w: Wan, relays: str | Sequence[str], *, mdns: bool,
                 debug: bool = False) -> list[Node]:
     """One member per host of each site (site a's first, then b's), named ``a0, a1, …,
-    b0, …``, each knowing only the relay across sites."""
+    b0, …``, each knowing only the relay (or the relays) across sites."""
+    relays = [relays] if isinstance(relays, str) else list(relays)
     hosts = [h for s in ("a", "b") for h in w.sites[s].hosts]
     nodes = make_fleet(root, len(hosts), hosts=hosts, mdns=mdns, base_port=4011,
                        learning={"local_steps": 2})
@@ -64,9 +75,35 @@ def relay_fleet(root: Path, w: Wan, relay_addr: str, *, mdns: bool,
     for node, name in zip(nodes, names, strict=True):
         node.name = name
         write_overrides(node.config, network={"mdns": mdns, "static_peers": [],
-                                              "bootstrap": [], "relays": [relay_addr]})
+                                              "bootstrap": [], "relays": relays})
         if debug:  # the failed dials and reservations are debug lines
             write_overrides(node.config, node={"log_level": "debug"})
+    return nodes
+
+
+#: Every node caching every other's entry through the relay, after they all answer.
+MEET_TIMEOUT_S = 180.0
+
+
+def need_wan(who: str) -> None:
+    """A benchmark's start: exit with why the WAN cannot be built here, if it cannot."""
+    reason = skip_reason()
+    if reason is not None:
+        raise SystemExit(f"{who}: cannot build the WAN here: {reason}")
+
+
+def meet_across(root: Path, w: Wan, relays: Sequence[str], running: list[Node], *,
+                debug: bool = False) -> list[Node]:
+    """The long form's fleet (two members per site, mDNS inside each site, ``relays`` only
+    across), started (into ``running``, for the caller to stop) and waited for until every
+    node caches every other's entry."""
+    nodes = relay_fleet(root, w, relays, mdns=True, debug=debug)
+    start(nodes, running)
+    wait_for(lambda: all(n.status() is not None for n in nodes), STARTUP_TIMEOUT_S,
+             "the daemons to answer", nodes)
+    wait_for(lambda: all({o.id for o in nodes if o is not n} <= cached_origins(n)
+                         for n in nodes), MEET_TIMEOUT_S,
+             "every node to cache every other's entry", nodes)
     return nodes
 
 

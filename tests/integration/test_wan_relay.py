@@ -116,3 +116,47 @@ def test_four_members_in_two_sites_meet_through_a_relay_and_recover_when_it_rest
           f"all caching all {met - t0:.1f} s after start; relay down {restarted - stopped:.1f} s, "
           f"fresh a0->b0 and b1->a1 sessions {back - restarted:.1f} s after its restart",
           file=sys.stderr)
+
+
+def test_two_sites_with_two_relays_meet_through_the_second_once_the_first_is_killed(
+        tmp_path: Path, running: list[Node]) -> None:
+    """Relay loss (issue 27): a0 and b0 know ``relays = [r1, r2]`` and nothing else; once
+    they cache each other's entries, r1 is killed for good (SIGKILL) and they must complete
+    fresh sessions through r2, which the dialler's ``peerd status`` names as the path's
+    relay. The time is printed (benchmarks/bench_relay_fallback.py measures it, n ≥ 5).
+    Short enough for CI (about 16 s here, most of it start-up)."""
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with wan((1, 1), 2) as w:
+        (r1, addr1), (r2, addr2) = (start_relay(h, tmp_path / f"relay{i}")
+                                    for i, h in enumerate(w.public, 1))
+        try:
+            a0, b0 = relay_fleet(tmp_path, w, [addr1, addr2], mdns=False)
+            start((a0, b0), running)
+            wait_for(lambda: a0.status() is not None and b0.status() is not None,
+                     STARTUP_TIMEOUT_S, "both daemons to answer", [a0, b0])
+            wait_for(lambda: b0.id in cached_origins(a0) and a0.id in cached_origins(b0), 120,
+                     "each site to cache the other's entry through a relay", [a0, b0])
+            # Both hold reservations at both: each one's record lists both circuits.
+            wait_for(lambda: all(sum(a.endswith("/p2p-circuit") for a in next(
+                p for p in status(n)["peers"] if p["id"] == o.id)["addrs"]) == 2
+                for n, o in ((a0, b0), (b0, a0))), 60,
+                "each to know both of the other's circuits", [a0, b0])
+            r1.kill()
+            r1.wait(timeout=20)
+            killed = time.monotonic()
+            before = sessions(a0, b0.id), sessions(b0, a0.id)
+            wait_for(lambda: sessions(a0, b0.id) > before[0] and sessions(b0, a0.id) > before[1],
+                     60, "fresh sessions through the second relay", [a0, b0])
+            back = time.monotonic() - killed
+            r2_id = addr2.rpartition("/p2p/")[2]
+            wait_for(lambda: any(p["id"] == o.id and p.get("relay") == r2_id
+                                 for n, o in ((a0, b0), (b0, a0))
+                                 for p in status(n)["peers"]), 30,
+                     "a path named as through the second relay", [a0, b0])
+        finally:
+            stop_relay(r2)
+            stop_relay(r1)
+    print(f"two relays, the first killed: fresh sessions both ways {back:.1f} s after",
+          file=sys.stderr)
