@@ -32,8 +32,8 @@ import multiaddr
 import trio
 from libp2p.host.autonat.pb.autonat_pb2 import Message
 from libp2p.peer.id import ID
-from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
+from peerd.net.ask import ask
 from peerd.net.autonat import AUTONAT_PROTOCOL
 from peerd.net.relayclient import split_relay
 from peerd.net.transport import Transport, TransportError
@@ -197,12 +197,8 @@ class Reachability:
             with trio.fail_after(REQUEST_TIMEOUT_S):
                 if not t.is_connected(server_id):
                     await t.connect(server_id, [head], timeout_s=REQUEST_TIMEOUT_S)
-                stream = await t.host.new_stream(ID.from_base58(server_id), [AUTONAT_PROTOCOL])
-                try:
-                    await stream.write(encode_varint_prefixed(request.SerializeToString()))
-                    raw = await read_varint_prefixed_bytes_limited(stream, MAX_ANSWER_BYTES)
-                finally:
-                    await stream.close()
+                raw = await ask(t.host, ID.from_base58(server_id), AUTONAT_PROTOCOL,
+                                request.SerializeToString(), MAX_ANSWER_BYTES)
             answer = Message()
             answer.ParseFromString(raw)
         except trio.TooSlowError:

@@ -58,9 +58,9 @@ from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
 from libp2p.tools.anyio_service.context import background_trio_service
-from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
 from peerd.net import relaydial
+from peerd.net.ask import ask
 from peerd.net.relay import fleet_namespace
 from peerd.net.relaydial import circuit_relay, rank_circuits
 from peerd.net.transport import Transport, TransportError
@@ -364,13 +364,8 @@ class RelayClient:
         host = self._transport.host
         try:
             with trio.fail_after(RENDEZVOUS_TIMEOUT_S):
-                stream = await host.new_stream(pid, [RENDEZVOUS_PROTOCOL])
-                try:
-                    await stream.write(encode_varint_prefixed(request.SerializeToString()))
-                    raw = await read_varint_prefixed_bytes_limited(
-                        stream, MAX_RENDEZVOUS_MESSAGE_LEN)
-                finally:
-                    await stream.close()
+                raw = await ask(host, pid, RENDEZVOUS_PROTOCOL, request.SerializeToString(),
+                                MAX_RENDEZVOUS_MESSAGE_LEN)
             answer = Message()
             answer.ParseFromString(raw)
         except trio.TooSlowError:
