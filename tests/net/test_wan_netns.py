@@ -162,11 +162,8 @@ def test_the_issues_link_delay_rate_and_loss_together_all_apply() -> None:
     with built(link=Link(delay_ms=delay_ms, rate_mbit=rate_mbit, loss_pct=1.0)) as w:
         with udp_flow(w.sites["a"].hosts[0]) as flow:
             rtts = rtts_ms(flow, w.public[0], 10)
-        got = subprocess.run(w.sites["a"].hosts[0].python(
-            ECHO, "blast", w.public[0].address, str(PORT), str(n)),
-            capture_output=True, text=True, timeout=60, check=True)
+        mbit_s = blast_mbit_s(w, n)
         lost = 1000 - answered(w, 1000)
-    mbit_s = n * 8 / float(got.stdout) / 1e6
     print(f"{delay_ms} ms, {rate_mbit} Mbit/s, 1 % loss: {mbit_s:.1f} Mbit/s; RTTs {rtts} ms; "
           f"{lost} of 1000 probes unanswered", file=sys.stderr)
     assert 0.3 * rate_mbit <= mbit_s <= 1.1 * rate_mbit
@@ -219,13 +216,18 @@ def devices(h: Host) -> set[str]:
 def test_a_rate_on_the_uplinks_bounds_a_transfers_throughput() -> None:
     rate_mbit, n = 20.0, 2_000_000  # 0.8 s at the rate
     with built(link=Link(rate_mbit=rate_mbit)) as w:
-        got = subprocess.run(w.sites["a"].hosts[0].python(
-            ECHO, "blast", w.public[0].address, str(PORT), str(n)),
-            capture_output=True, text=True, timeout=30, check=True)
-    mbit_s = n * 8 / float(got.stdout) / 1e6
+        mbit_s = blast_mbit_s(w, n)
     print(f"{rate_mbit} Mbit/s uplink: {n} bytes at {mbit_s:.1f} Mbit/s", file=sys.stderr)
     # Unshaped veths carry Gbit/s; a burst of 16 kB lets the first packets through at once.
     assert 0.6 * rate_mbit <= mbit_s <= 1.1 * rate_mbit
+
+
+def blast_mbit_s(w: Wan, n: int) -> float:
+    """Site a's first host sends ``n`` bytes to the public host over TCP: at what rate."""
+    got = subprocess.run(w.sites["a"].hosts[0].python(
+        ECHO, "blast", w.public[0].address, str(PORT), str(n)),
+        capture_output=True, text=True, timeout=60, check=True)
+    return n * 8 / float(got.stdout) / 1e6
 
 
 def answered(w: Wan, n: int) -> int:
@@ -253,11 +255,8 @@ def test_rate_and_loss_together_both_apply() -> None:
     # band, and the probes still see the loss (1 - 0.99² ≈ 2 %: 20 of 1000 on average).
     rate_mbit, n = 20.0, 2_000_000
     with built(link=Link(rate_mbit=rate_mbit, loss_pct=1.0)) as w:
-        got = subprocess.run(w.sites["a"].hosts[0].python(
-            ECHO, "blast", w.public[0].address, str(PORT), str(n)),
-            capture_output=True, text=True, timeout=30, check=True)
+        mbit_s = blast_mbit_s(w, n)
         lost = 1000 - answered(w, 1000)
-    mbit_s = n * 8 / float(got.stdout) / 1e6
     print(f"{rate_mbit} Mbit/s, 1 % loss: {mbit_s:.1f} Mbit/s; {lost} of 1000 probes "
           f"unanswered", file=sys.stderr)
     assert 0.4 * rate_mbit <= mbit_s <= 1.1 * rate_mbit
