@@ -9,8 +9,8 @@ unshaped uplink and sends ``--mb`` MB over one TCP connection from site a's host
 public host (tests/net/wan_echo.py ``blast``: the seconds until the receiver's byte count
 came back), ``--repeat`` times: on the plain veth uplink (no line), through the line with a
 negligible delay (0.01 ms: the copy alone) and through it with ``--delay-ms``. For the line
-it also reads the CPU seconds the site's line process used over the transfer
-(/proc/PID/stat, both directions' frames: data one way, ACKs back). Then ``--probes`` UDP
+it also reads the CPU seconds the lines' processes used over the transfer (/proc/PID/stat;
+site a's carries the data one way and the ACKs back, site b's idles). Then ``--probes`` UDP
 round trips, 10 ms apart, across the delayed line, unloaded: their spread is the jitter the
 line adds (its loop wakes to each frame's due time; a round trip crosses it twice each way,
 as both ends delay). Readings to docs/reproduction/slowlink/delaywire.json; the section of
@@ -113,8 +113,9 @@ def _pct(xs: list[float], q: float) -> float:
 def render(r: dict[str, Any]) -> str:
     lines = [
         f"One TCP connection, {r['mb']:g} MB from site a's host to the public host over an "
-        f"unshaped uplink, median of {r['repeat']} runs; *line CPU*: the site's line "
-        "process's CPU seconds over the transfer, per GB sent.",
+        f"unshaped uplink, median of {r['repeat']} runs; *line CPU*: the CPU seconds the "
+        "uplinks' delay-line processes used over the transfer (its data one way, its ACKs "
+        "the other), per GB sent.",
         "",
         "| uplink | throughput (Mbit/s) | line CPU (s per GB) |",
         "|---|---:|---:|",
