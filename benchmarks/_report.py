@@ -106,11 +106,11 @@ def readings_parser(description: str | None) -> argparse.ArgumentParser:
 
 def run_section(name: str, parser: argparse.ArgumentParser, args: argparse.Namespace,
                 readings: Path, measure: Callable[[], dict[str, Any]],
-                render: Callable[[dict[str, Any]], str]) -> None:
-    """``--render``: the section from ``readings``; else measure, record the provenance with
-    the readings, print the section and (unless ``--no-write``) store both."""
+                render: Callable[[dict[str, Any]], str], doc: Path = DOC) -> None:
+    """``--render``: the section of ``doc`` from ``readings``; else measure, record the
+    provenance with the readings, print the section and (unless ``--no-write``) store both."""
     if args.render:
-        write_section(name, render(json.loads(readings.read_text())))
+        write_section(name, render(json.loads(readings.read_text())), doc)
         return
     started = _provenance.start(parser, args)
     r = measure()
@@ -119,7 +119,7 @@ def run_section(name: str, parser: argparse.ArgumentParser, args: argparse.Names
     print(md)
     if not args.no_write:
         readings.write_text(json.dumps(r, indent=1) + "\n")
-        write_section(name, md)
+        write_section(name, md, doc)
 
 
 def read_section(name: str, doc: Path = DOC) -> str:

@@ -1,14 +1,15 @@
 """One large entry over a slow, lossy WAN link (issue 27, items 4-5): time and bytes at
 float32, float16 and int8, and a float32 transfer cut mid-way that resumes.
 
-    sudo .venv/bin/python -m benchmarks.bench_slowlink [--mb 16] [--repeat 2] [--no-write]
-        [--render]
+    sudo .venv/bin/python -m benchmarks.bench_slowlink [--mb 16] [--repeat 2]
+        [--delay-ms 0] [--no-write] [--render]
 
 The set-up is tests/net/test_slowlink.py's (tests/net/slowlink.py): two peerd transports
 (libp2p, Noise, Yamux) running peerd's gossip sessions, the receiver on the public segment of
 the namespace WAN (tests/net/wan.py), the sender behind site a's NAT router, whose uplink is
 shaped both ways to ``--rate-mbit`` with ``--loss-pct`` loss (tbf and an iptables statistic
-DROP: the kernel here has no netem, so no delay; see docs/transport.md). Each case sends
+DROP) and, with ``--delay-ms``, delayed that much each way (the WAN's userspace delay line,
+tests/net/delaywire.py: no netem needed; see docs/transport.md). Each case sends
 the same ``--mb`` MB of float32 parameters, signed in the case's encoding, once per
 repetition, each in a fresh WAN with fresh processes. The cut case takes the uplink down
 (every forwarded packet dropped) for ``--cut-s`` seconds once the receiver holds 40 % of
@@ -19,7 +20,9 @@ from the first session's start to the end of the one that cached the entry (a cu
 
 The readings (with their provenance) go to docs/reproduction/slowlink/slowlink.json and the
 section of docs/transport.md between the ``<!-- bench:slowlink -->`` markers is rendered from
-them (benchmarks/docs_tables.py and tests/docs re-render and diff it).
+them (benchmarks/docs_tables.py and tests/docs re-render and diff it); a run with a delay
+goes to slowlink-delay.json and the ``slowlink-delay`` section instead, so the delay-free
+readings stay beside it (the default, 0, repeats their command as recorded).
 """
 
 from __future__ import annotations
@@ -34,8 +37,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 READINGS = ROOT / "docs" / "reproduction" / "slowlink" / "slowlink.json"
+#: A run with ``--delay-ms`` > 0: its own readings and section.
+READINGS_DELAY = READINGS.with_name("slowlink-delay.json")
 TRANSPORT = ROOT / "docs" / "transport.md"
 MARK = "slowlink"
+MARK_DELAY = "slowlink-delay"
 #: (case, encoding, cut): the same entry each time.
 CASES = (("float32", "float32", False), ("float16", "float16", False),
          ("int8", "int8", False), ("float32, cut", "float32", True))
@@ -60,10 +66,10 @@ def _one(mb: float, encoding: str, cut: bool, link: Any, cut_s: float) -> dict[s
 
 
 def measure(mb: float, repeat: int, rate_mbit: float, loss_pct: float,
-            cut_s: float) -> dict[str, Any]:
+            cut_s: float, delay_ms: float = 0.0) -> dict[str, Any]:
     from tests.net.wan import Link, skip_reason
 
-    link = Link(rate_mbit=rate_mbit, loss_pct=loss_pct)
+    link = Link(delay_ms=delay_ms, rate_mbit=rate_mbit, loss_pct=loss_pct)
     reason = skip_reason(link)
     if reason is not None:
         raise SystemExit(f"bench_slowlink: {reason}")
@@ -74,7 +80,8 @@ def measure(mb: float, repeat: int, rate_mbit: float, loss_pct: float,
             runs.append(_one(mb, encoding, cut, link, cut_s))
             print(f"{name} #{i}: {runs[-1]}", file=sys.stderr, flush=True)
         cases.append({"case": name, "encoding": encoding, "cut": cut, "runs": runs})
-    return {"mb": mb, "rate_mbit": rate_mbit, "loss_pct": loss_pct, "cut_s": cut_s,
+    return {"mb": mb, "rate_mbit": rate_mbit, "loss_pct": loss_pct, "delay_ms": delay_ms,
+            "cut_s": cut_s,
             "cut_at": CUT_AT, "repeat": repeat, "cases": cases}
 
 
@@ -83,10 +90,13 @@ def render(r: dict[str, Any]) -> str:
     base = next(c for c in r["cases"] if c["case"] == "float32")
     base_s = statistics.median(x["wall_s"] for x in base["runs"])
     base_b = statistics.median(x["bytes_in"] for x in base["runs"])
+    delay_ms = r.get("delay_ms", 0.0)  # readings from before --delay-ms had none
+    delay = (f"{delay_ms:g} ms delay each way, by the WAN's delay line" if delay_ms
+             else "no delay")
     lines = [
         f"One entry of {r['mb']:g} MB of float32 parameters, sender behind site a's NAT, "
-        f"uplink {r['rate_mbit']:g} Mbit/s with {r['loss_pct']:g} % loss each way (no "
-        f"delay), median of {r['repeat']} runs each. *Bytes in*: every byte that reached the "
+        f"uplink {r['rate_mbit']:g} Mbit/s with {r['loss_pct']:g} % loss each way "
+        f"({delay}), median of {r['repeat']} runs each. *Bytes in*: every byte that reached the "
         "receiver's sessions (all frames, all sessions); *time*: first session's start to "
         "the end of the one that cached the entry; *goodput*: bytes in over time.",
         "",
@@ -132,22 +142,28 @@ def main() -> None:
     ap.add_argument("--rate-mbit", type=float, default=20.0)
     ap.add_argument("--loss-pct", type=float, default=1.0)
     ap.add_argument("--cut-s", type=float, default=8.0)
+    ap.add_argument("--delay-ms", type=float, default=0.0,
+                    help="each way; > 0 writes slowlink-delay.json and its section")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--render", action="store_true", help="re-render from the readings only")
     args = ap.parse_args()
     if args.render:
-        write_section(MARK, render(json.loads(READINGS.read_text())), TRANSPORT)
+        for mark, readings in ((MARK, READINGS), (MARK_DELAY, READINGS_DELAY)):
+            if readings.exists():
+                write_section(mark, render(json.loads(readings.read_text())), TRANSPORT)
         return
+    mark, readings = (MARK_DELAY, READINGS_DELAY) if args.delay_ms > 0 else (MARK, READINGS)
     started = _provenance.start(ap, args)
-    r = measure(args.mb, args.repeat, args.rate_mbit, args.loss_pct, args.cut_s)
+    r = measure(args.mb, args.repeat, args.rate_mbit, args.loss_pct, args.cut_s,
+                args.delay_ms)
     r["provenance"] = started.record()
     if not args.no_write:  # the readings first: a renderer's bug must not lose a run
-        READINGS.parent.mkdir(parents=True, exist_ok=True)
-        READINGS.write_text(json.dumps(r, indent=1) + "\n")
+        readings.parent.mkdir(parents=True, exist_ok=True)
+        readings.write_text(json.dumps(r, indent=1) + "\n")
     md = render(r)
     print(md)
     if not args.no_write:
-        write_section(MARK, md, TRANSPORT)
+        write_section(mark, md, TRANSPORT)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,18 @@ def _slowlink() -> str:
     return render(_json(READINGS))
 
 
+def _slowlink_delay() -> str:
+    from benchmarks.bench_slowlink import READINGS_DELAY, render
+
+    return render(_json(READINGS_DELAY))
+
+
+def _delaywire() -> str:
+    from benchmarks.bench_delaywire import READINGS, render
+
+    return render(_json(READINGS))
+
+
 def _dcutr() -> str:
     from benchmarks.dcutr_probe import READINGS, render
 
@@ -337,6 +349,10 @@ def registry() -> list[DocTable]:
                  "docs/reproduction/dcutr/dcutr-cases.json", _dcutr),
         DocTable(DOCS / "transport.md", "bench", "slowlink",
                  "docs/reproduction/slowlink/slowlink.json", _slowlink),
+        DocTable(DOCS / "transport.md", "bench", "slowlink-delay",
+                 "docs/reproduction/slowlink/slowlink-delay.json", _slowlink_delay),
+        DocTable(DOCS / "transport.md", "bench", "delaywire",
+                 "docs/reproduction/slowlink/delaywire.json", _delaywire),
         DocTable(DOCS / "robustness.md", "robustness", "robustness-table",
                  "docs/robustness/*.json", _robustness),
         *_outputs(),

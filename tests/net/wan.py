@@ -14,9 +14,11 @@ site ``a`` plainly (Linux keeps a flow's source port when it is free, so one soc
 public port towards every destination: endpoint-independent mapping), site ``b`` with
 ``--random-fully`` (a random port per flow: symmetric-ish). Like a home router it drops what
 arrives on ``wan0`` unless it belongs to a flow started from inside. ``Link`` shapes each uplink
-(see there): a rate and loss work on any kernel, a delay needs ``sch_netem``; :func:`cut` takes
-an uplink down for a while, as a failing line does. Every namespace is deleted
-on exit, also when the test fails; nothing is added to the root namespace (no mDNS leaves it).
+(see there; no ``sch_netem`` needed: a delay is a userspace delay line between two TAP
+devices, tests/net/delaywire.py, run in the router's namespace); :func:`cut` takes an uplink
+down for a while, as a failing line does. Every namespace is deleted, and every delay line
+stopped, on exit, also when the test fails; nothing is added to the root namespace (no mDNS
+leaves it).
 Both iptables back ends (nft, legacy) work inside a namespace; ``iptables`` is whichever the
 system's alternative names. ``skip_reason(link)`` says why this cannot run here.
 """
@@ -25,11 +27,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 
 from peerd.mesh.netns import IP_CMD_TIMEOUT_S, Host, unavailable
 
@@ -39,45 +43,40 @@ __all__ = ["PUBLIC_SUBNET", "Link", "Site", "Wan", "cut", "drop_unsolicited", "p
 PUBLIC_SUBNET = "203.0.113"
 #: Site ``a`` keeps a flow's port (endpoint-independent), ``b`` randomises it per flow.
 NAT_FLAGS = {"a": (), "b": ("--random-fully",)}
+WIRE = Path(__file__).with_name("delaywire.py")
 
 
 @dataclass(frozen=True)
 class Link:
     """Shaping of each router's uplink, in both directions (so an RTT gains 2 × delay).
 
-    Only a delay needs ``sch_netem`` (many CI and distribution kernels lack it): with a delay,
-    netem at both ends of the uplink carries the delay, rate and loss together; without one,
-    a rate is a tbf at both ends and loss is an iptables ``statistic`` DROP in the router's
-    FORWARD chain, one rule each way, so each direction loses ``loss_pct`` of its packets, as
-    netem at each end would. Same link, whichever the kernel offers; a test that needs a delay
-    skips where netem is missing (:func:`skip_reason`), the others run everywhere."""
+    A rate is a tbf at both ends of the uplink; loss is an iptables ``statistic`` DROP in the
+    router's FORWARD chain, one rule each way, so each direction loses ``loss_pct`` of its
+    packets. A delay is a userspace delay line (tests/net/delaywire.py): the uplink is then a
+    pair of TAP devices, not a veth pair, with a process in the router's namespace copying
+    frames between them ``delay_ms`` late each way; tbf shapes the TAPs and the router
+    drops as before. None of it needs ``sch_netem`` (which many CI and distribution kernels,
+    and this machine's, lack), so one link is the same link on every kernel; a delay needs
+    ``/dev/net/tun`` (:func:`skip_reason`)."""
 
     delay_ms: float = 0.0
     rate_mbit: float | None = None
     loss_pct: float = 0.0
 
     @property
-    def needs_netem(self) -> bool:
+    def needs_tun(self) -> bool:
         return self.delay_ms > 0
 
     def qdisc(self) -> list[str] | None:
         """The uplink's ``tc qdisc`` (both ends), or None when it needs none."""
-        if self.needs_netem:
-            args = ["netem", "delay", f"{self.delay_ms}ms"]
-            if self.rate_mbit is not None:
-                args += ["rate", f"{self.rate_mbit}mbit"]
-            if self.loss_pct > 0:
-                args += ["loss", f"{self.loss_pct}%"]
-            return args
         if self.rate_mbit is None:
             return None
         # burst: a few MTU-sized packets, so the rate holds over short transfers too.
         return ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", "16kb", "latency", "400ms"]
 
     def drop_rules(self) -> list[list[str]]:
-        """The router's FORWARD rules (to insert first) that lose ``loss_pct`` each way, when
-        netem does not carry the loss."""
-        if self.needs_netem or self.loss_pct <= 0:
+        """The router's FORWARD rules (to insert first) that lose ``loss_pct`` each way."""
+        if self.loss_pct <= 0:
             return []
         stat = ["-m", "statistic", "--mode", "random", "--probability",
                 f"{self.loss_pct / 100:.6f}", "-j", "DROP"]
@@ -97,6 +96,8 @@ class Site:
 class Wan:
     public: list[Host]
     sites: dict[str, Site]
+    #: The delay lines' processes (tests/net/delaywire.py), one per delayed uplink.
+    wire_pids: tuple[int, ...] = ()
 
 
 def _run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -109,14 +110,14 @@ def _ip(*args: str, check: bool = True) -> None:
 
 
 @cache
-def _netem_missing() -> str | None:
-    probe = f"peerd-qprobe-{uuid.uuid4().hex[:6]}"
+def _tun_missing() -> str | None:
+    probe = f"peerd-tprobe-{uuid.uuid4().hex[:6]}"
     _ip("netns", "add", probe)
     try:
-        got = _run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root",
-                    "netem", "delay", "1ms"], check=False)
+        got = _run(["ip", "netns", "exec", probe, "ip", "tuntap", "add", "dev", "tap0",
+                    "mode", "tap"], check=False)
         return None if got.returncode == 0 else \
-            f"tc netem is unavailable in this kernel: {got.stderr.strip()}"
+            f"TAP devices are unavailable (a delay needs /dev/net/tun): {got.stderr.strip()}"
     finally:
         _ip("netns", "del", probe, check=False)
 
@@ -127,9 +128,32 @@ def skip_reason(link: Link | None = None) -> str | None:
         if shutil.which(tool) is None:
             return f"`{tool}` is not installed (scripts/setup installs it as root)"
     reason = unavailable()
-    if reason is None and link is not None and link.needs_netem:
-        reason = _netem_missing()
+    if reason is None and link is not None and link.needs_tun:
+        reason = _tun_missing()
     return reason
+
+
+def _wire(router: str, pub_sw: str, port: str, delay_ms: float) -> subprocess.Popen[str]:
+    """Start the uplink's delay line: ``wan0`` in ``router``, ``port`` in ``pub_sw``."""
+    p = subprocess.Popen(["ip", "netns", "exec", router, sys.executable, str(WIRE),
+                          str(delay_ms), "wan0", port, pub_sw],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    if p.stdout.readline().strip() != "ready":
+        _stop(p)
+        raise RuntimeError(f"the delay line for {router} did not start (exit {p.returncode})")
+    return p
+
+
+def _stop(p: subprocess.Popen[str]) -> None:
+    """End a delay line: its stdin closes (it exits on EOF), else it is killed."""
+    if p.stdin is not None:
+        p.stdin.close()
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 def _shape(ns: str, dev: str, link: Link | None) -> None:
@@ -158,6 +182,7 @@ def wan(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int
         link: Link | None = None, prefix: str = "peerdw") -> Iterator[Wan]:
     tag = uuid.uuid4().hex[:6]
     created: list[str] = []
+    wires: list[subprocess.Popen[str]] = []
 
     def ns(name: str) -> str:
         full = f"{prefix}-{tag}-{name}"
@@ -172,12 +197,21 @@ def wan(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int
         _ip("-n", sw, "link", "set", "br0", "up")
         return sw
 
-    def plug(sw: str, port: str, host: str, dev: str, cidr: str) -> None:
+    def plug(sw: str, port: str, host: str, dev: str, cidr: str, delay_ms: float = 0) -> None:
         # Both ends are created inside their namespaces: nothing touches the root namespace.
-        _ip("link", "add", port, "netns", sw, "type", "veth", "peer", "name", dev,
-            "netns", host)
+        if delay_ms > 0:  # a TAP pair and the delay line between them, not a veth pair
+            wires.append(_wire(host, sw, port, delay_ms))
+        else:
+            _ip("link", "add", port, "netns", sw, "type", "veth", "peer", "name", dev,
+                "netns", host)
         _ip("-n", sw, "link", "set", port, "master", "br0", "up")
         _ip("-n", host, "addr", "add", cidr, "dev", dev)
+        if link is not None and link.loss_pct > 0:
+            # One wire packet per skb: a TCP sender's skb is otherwise a TSO aggregate of
+            # up to 64 kB that crosses veths and the router whole, so the router's rule
+            # would lose 1 % of aggregates (measured: ~0.3 % of wire packets), not 1 % of
+            # packets. (The routers' own devices do no GRO: what they see is per packet.)
+            _ip("-n", host, "link", "set", dev, "gso_max_segs", "1")
         _ip("-n", host, "link", "set", dev, "up")
 
     try:
@@ -190,7 +224,8 @@ def wan(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int
         sites = {}
         for k, (name, n) in enumerate(zip("ab", site_hosts, strict=True)):
             router = Host(ns(f"{name}r"), f"{PUBLIC_SUBNET}.{2 + k}")
-            plug(pub_sw, f"u{tag}{name}", router.name, "wan0", f"{router.address}/24")
+            plug(pub_sw, f"u{tag}{name}", router.name, "wan0", f"{router.address}/24",
+                 link.delay_ms if link is not None else 0)
             _shape(router.name, "wan0", link)
             _shape(pub_sw, f"u{tag}{name}", link)
             site_sw = bridge(f"{name}s")
@@ -213,8 +248,10 @@ def wan(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int
                 _ip("-n", h.name, "route", "add", "default", "via", lan_address)
                 hosts.append(h)
             sites[name] = Site(name, router, lan_address, hosts, bool(NAT_FLAGS[name]))
-        yield Wan(public, sites)
+        yield Wan(public, sites, tuple(p.pid for p in wires))
     finally:
+        for p in wires:  # before the namespaces: the line holds their devices
+            _stop(p)
         for name in reversed(created):
             _ip("netns", "del", name, check=False)
 
