@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from benchmarks import fedbss_vs_plain, reproduce_fedcache, reproduce_fedcvt, table2_oos_render
+from benchmarks import (
+    fedbss_vs_plain,
+    reproduce_fedcache,
+    reproduce_fedcvt,
+    table2_loro,
+    table2_oos_render,
+)
 from benchmarks.reproduce import Experiment, MissingOutputsError, Outputs, Run, RunOutput
 from peerd.sim.runner import SimConfig
 
@@ -460,6 +466,7 @@ TABLES: dict[str, Callable[[Outputs], str]] = {
     **fedbss_vs_plain.TABLES,  # from docs/reproduction/fedbss-vs-plain.json
     **reproduce_fedcvt.TABLES,  # from docs/reproduction/fedcvt-*.json
     **table2_oos_render.TABLES,  # from docs/reproduction/table2-oos.json
+    **table2_loro.TABLES,  # from docs/reproduction/table2-oos{,-cal30,-cal120}.json
 }
 
 
