@@ -292,7 +292,10 @@ class RelayClient:
             self.started.set()
             for state in self._states:
                 nursery.start_soon(self._run_one, state)
-        self._nursery = None
+            try:  # open for relays learned later, with none to start with too
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
 
     async def _run_one(self, st: RelayState) -> None:
         """One relay's task, cancelled when :meth:`set_learned` lets the relay go."""

@@ -74,7 +74,7 @@ def pick_learned(records: Iterable[PeerRecord], *, self_id: str, now: float,
         addr = relay_addr(record)
         if addr is not None:
             usable[record.node_id] = (addr, record)
-    kept = []
+    kept: list[str] = []
     for addr in current:
         node_id = addr.rpartition("/p2p/")[2]
         if node_id in usable and len(kept) < limit:

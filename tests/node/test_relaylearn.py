@@ -6,6 +6,7 @@ configured relays, never ourselves."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
@@ -93,8 +94,10 @@ def test_records_claiming_a_relay_go_only_to_peers_that_take_them() -> None:
     book = AddressBook(ALICE, FLEET)
     book.sign_own((PUBLIC,), NOW, relay=True)
     plain = rec(MALLORY, relay=False)
-    assert book.offer(rec()) is not None and book.offer(plain) is not None
-    assert book.own is not None and book.own.relay
+    assert book.offer(rec()) is not None
+    assert book.offer(plain) is not None
+    assert book.own is not None
+    assert book.own.relay
     assert len(book.outgoing(NOW, everyone)) == 3
     assert book.outgoing(NOW, everyone, relays=False) == (plain.envelope,)
 
@@ -103,14 +106,17 @@ def test_our_record_is_signed_again_when_the_relay_service_is_turned_on() -> Non
     book = AddressBook(ALICE, FLEET)
     first = book.sign_own((PUBLIC,), NOW)
     again = book.sign_own((PUBLIC,), NOW + 1, relay=True)
-    assert first is not None and again is not None
-    assert (first.relay, again.relay) == (False, True) and again.seq > first.seq
+    assert first is not None
+    assert again is not None
+    assert (first.relay, again.relay) == (False, True)
+    assert again.seq > first.seq
     assert book.sign_own((PUBLIC,), NOW + 2, relay=True) is again
 
 
 # ---------------------------------------------------------------------- the choice
 def pick(records: list[PeerRecord], *, now: float = NOW, configured: tuple[str, ...] = (),
-         current: tuple[str, ...] = (), member=everyone) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+         current: tuple[str, ...] = (),
+         member: Callable[[str], bool] = everyone) -> tuple[str, ...]:
     return pick_learned(records, self_id=A, now=now, is_member=member,
                         configured=configured, current=current)
 
