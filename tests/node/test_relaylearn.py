@@ -16,6 +16,7 @@ from peerd.node.relaylearn import MAX_LEARNED_RELAYS, pick_learned, relay_addr
 from peerd.protocol.envelope import SignedEnvelope
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import node_id_of
+from peerd.protocol.limits import MAX_RECORD_ADDRS, MAX_RECORD_BODY_LEN, MAX_RECORD_MULTIADDR_LEN
 from peerd.protocol.peerrecord import ADDRS_DOMAIN, PeerRecord, sign_record, verify_record
 from peerd.protocol.wire import pack, unpack_exact
 from tests.protocol.helpers import ALICE, BOB, FLEET, MALLORY, NOW, key
@@ -81,6 +82,14 @@ def test_a_relay_field_other_than_true_is_malformed(value: object) -> None:
     with pytest.raises(ProtocolError) as err:
         verify_record(SignedEnvelope.sign(BOB, ADDRS_DOMAIN, FLEET, pack(body)), FLEET, NOW)
     assert err.value.reason == Reason.MALFORMED
+
+
+def test_the_largest_record_with_the_claim_fits_the_body_bound() -> None:
+    addrs = tuple(f"/dns4/{str(i) * 113}/tcp/4011" for i in range(MAX_RECORD_ADDRS))
+    assert {len(a) for a in addrs} == {MAX_RECORD_MULTIADDR_LEN}
+    r = sign_record(BOB, FLEET, seq=2**62, addrs=addrs, expires=NOW + 60, relay=True)
+    assert roundtrip(r).relay
+    assert len(r.envelope.body) <= MAX_RECORD_BODY_LEN
 
 
 def test_the_claim_expires_with_its_record() -> None:
