@@ -24,6 +24,7 @@ from tests.integration.mesh import (
     wait_for,
     write_overrides,
 )
+from tests.integration.relay_sites import peer_row as _row
 from tests.net.wan import Wan, skip_reason, wan
 
 
@@ -45,12 +46,6 @@ def _relays(node: Node) -> list[dict[str, Any]]:
 def _reserved_on_learned(node: Node, relay_id: str) -> bool:
     return any(r["source"] == "learned" and r["addr"].endswith(f"/p2p/{relay_id}")
                and r["reserved_until"] is not None for r in _relays(node))
-
-
-def _row(node: Node, peer_id: str) -> dict[str, Any]:
-    s = node.status()
-    row = None if s is None else next((p for p in s["peers"] if p["id"] == peer_id), None)
-    return {} if row is None else dict(row)
 
 
 def test_natd_sites_knowing_only_a_public_relay_member_learn_it_and_meet_through_it(
