@@ -267,7 +267,7 @@ def reachability_line(r: ReachabilityStatus) -> str:
     use = "no relay reservation needed" if r.verdict == "public" else "relay reservations held"
     learned = sum(1 for x in r.relays if x.source == "learned")
     if learned:
-        use += f", {learned} relays learned"
+        use += f", {learned} learned relay{'' if learned == 1 else 's'}"
     ago = "not checked yet" if r.checked_s_ago is None else f"checked {r.checked_s_ago:.0f} s ago"
     return (f"reachability: {r.verdict} ({use}; {r.reached} of {r.servers} relays dialled us "
             f"back, {r.not_reached} could not; {ago})")

@@ -41,12 +41,12 @@ def test_the_reachability_block_round_trips() -> None:
 
 def test_peerd_status_says_what_the_verdict_means() -> None:
     assert reachability_line(PUBLIC) == (
-        "reachability: public (no relay reservation needed, 1 relays learned; 2 of 2 relays "
+        "reachability: public (no relay reservation needed, 1 learned relay; 2 of 2 relays "
         "dialled us back, "
         "0 could not; checked 12 s ago)")
     unknown = dataclasses.replace(PUBLIC, verdict="unknown", reached=0, checked_s_ago=None)
     assert reachability_line(unknown).startswith(
-        "reachability: unknown (relay reservations held, 1 relays learned; 0 of 2")
+        "reachability: unknown (relay reservations held, 1 learned relay; 0 of 2")
     assert reachability_line(unknown).endswith("not checked yet)")
 
 
