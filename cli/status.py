@@ -260,9 +260,14 @@ def status_view(status: Status) -> Group:
 
 
 def reachability_line(r: ReachabilityStatus) -> str:
-    """``[network] relays``: whether this node is dialable from outside, so holds no
-    reservation (public) or holds them (private, unknown)."""
+    """The relay client's: whether this node is dialable from outside, so holds no
+    reservation (public) or holds them (private, unknown); and how many relays were learned."""
+    if not r.relays and r.servers == 0:
+        return "reachability: not checked (no relay configured or learned yet)"
     use = "no relay reservation needed" if r.verdict == "public" else "relay reservations held"
+    learned = sum(1 for x in r.relays if x.source == "learned")
+    if learned:
+        use += f", {learned} learned relay{'' if learned == 1 else 's'}"
     ago = "not checked yet" if r.checked_s_ago is None else f"checked {r.checked_s_ago:.0f} s ago"
     return (f"reachability: {r.verdict} ({use}; {r.reached} of {r.servers} relays dialled us "
             f"back, {r.not_reached} could not; {ago})")

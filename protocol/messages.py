@@ -238,6 +238,10 @@ RESUME_CAPABILITY = "resume/v1"
 #: (``.../p2p/<relay>/p2p-circuit``, issue 27): a release before them ends the session on
 #: such a record (malformed), so it is sent only the records without one.
 CIRCUITS_CAPABILITY = "circuits/v1"
+#: The Hello capability that says a peer takes address records with the ``relay`` field
+#: (``peerd.protocol.peerrecord``): a release before it ends the session on one
+#: (malformed), so it is sent only the records without it.
+RELAYREC_CAPABILITY = "relayrec/v1"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,16 @@ envelope), in this protocol's own envelope (msgpack, domain-separated, bound to 
 relayed for ever cannot keep a dead address alive::
 
     body = {"type": "addrs", "fleet": bin 16, "node": node id, "seq": int,
-            "addrs": [multiaddr str, ...], "expires": float}
+            "addrs": [multiaddr str, ...], "expires": float[, "relay": true]}
     sig  = Ed25519(node key, "peerd/addrs/v1\\0" || fleet || body)
+
+``relay`` (present only as ``true``) says the subject runs a Circuit Relay v2 hop, a
+rendezvous point and an AutoNAT server (``[network] relay_service``): members behind NATs
+may reserve a slot there without being told to (``peerd.node.relaylearn``). It is signed
+with the rest, so only the subject can claim it of itself, and it lives and expires with
+the record. A record without it is byte for byte what releases before it sign; a release
+before it refuses a body with the key (unknown keys are malformed), so such a record goes
+only to peers announcing ``relayrec/v1`` (``peerd.protocol.messages.RELAYREC_CAPABILITY``).
 
 The envelope's key must be the key the node id names (the id is the key, so nothing else
 is trusted). ``seq`` orders one node's records: a holder keeps only the highest (libp2p
@@ -59,6 +67,7 @@ from peerd.protocol.wire import (
 
 ADDRS_DOMAIN = b"peerd/addrs/v1\0"
 _BODY_KEYS = frozenset({"type", "fleet", "node", "seq", "addrs", "expires"})
+_RELAY_BODY_KEYS = _BODY_KEYS | {"relay"}
 _HOST_PROTOCOLS = frozenset({"ip4", "ip6", "dns", "dns4", "dns6"})
 
 
@@ -123,10 +132,12 @@ class PeerRecord:
     addrs: tuple[str, ...]
     expires: float
     envelope: SignedEnvelope
+    #: The subject runs a relay service (the signed ``relay`` field).
+    relay: bool = False
 
 
 def sign_record(key: Ed25519PrivateKey, fleet_id: bytes, *, seq: int,
-                addrs: Sequence[str], expires: float) -> PeerRecord:
+                addrs: Sequence[str], expires: float, relay: bool = False) -> PeerRecord:
     """Our own record. Refuses what a receiver would refuse (ValueError: a bug of ours)."""
     if not 0 < len(addrs) <= MAX_RECORD_ADDRS:
         raise ValueError(f"a record holds 1 to {MAX_RECORD_ADDRS} addresses, got {len(addrs)}")
@@ -138,12 +149,15 @@ def sign_record(key: Ed25519PrivateKey, fleet_id: bytes, *, seq: int,
     except ProtocolError as exc:
         raise ValueError(exc.message) from None
     node_id = node_id_of(key)
-    body = pack({"type": "addrs", "fleet": fleet_id, "node": node_id, "seq": seq,
-                 "addrs": list(addrs), "expires": float(expires)})
+    fields: dict[str, object] = {"type": "addrs", "fleet": fleet_id, "node": node_id,
+                                 "seq": seq, "addrs": list(addrs), "expires": float(expires)}
+    if relay:  # absent otherwise: the body older releases sign and verify
+        fields["relay"] = True
+    body = pack(fields)
     if len(body) > MAX_RECORD_BODY_LEN:
         raise ValueError(f"record body of {len(body)} bytes")
     envelope = SignedEnvelope.sign(key, ADDRS_DOMAIN, fleet_id, body)
-    return PeerRecord(node_id, seq, tuple(addrs), float(expires), envelope)
+    return PeerRecord(node_id, seq, tuple(addrs), float(expires), envelope, relay)
 
 
 def verify_record(envelope: SignedEnvelope, fleet_id: bytes, now: float) -> PeerRecord:
@@ -154,7 +168,9 @@ def verify_record(envelope: SignedEnvelope, fleet_id: bytes, now: float) -> Peer
     if len(envelope.body) > MAX_RECORD_BODY_LEN:
         raise ProtocolError(Reason.TOO_LARGE, f"address record of {len(envelope.body)} bytes")
     envelope.verify(ADDRS_DOMAIN, fleet_id)  # WRONG_FLEET / BAD_SIGNATURE
-    f = Fields(unpack_exact(envelope.body, MAX_RECORD_BODY_LEN), "addrs", _BODY_KEYS)
+    raw_body = unpack_exact(envelope.body, MAX_RECORD_BODY_LEN)
+    relay = isinstance(raw_body, dict) and "relay" in raw_body
+    f = Fields(raw_body, "addrs", _RELAY_BODY_KEYS if relay else _BODY_KEYS)
     if f.get("type", as_str, 16) != "addrs":
         malformed("not an address record")
     if f.get("fleet", as_bytes, FLEET_ID_LEN) != fleet_id:
@@ -175,4 +191,6 @@ def verify_record(envelope: SignedEnvelope, fleet_id: bytes, now: float) -> Peer
         raise ProtocolError(Reason.EXPIRED, "address record expired")
     if expires > now + MAX_RECORD_TTL_S:
         malformed(f"address record expires more than {MAX_RECORD_TTL_S:g} s ahead")
-    return PeerRecord(node_id, seq, addrs, expires, envelope)
+    if relay and f.raw("relay") is not True:
+        malformed("address record's relay field is not true")
+    return PeerRecord(node_id, seq, addrs, expires, envelope, relay)

@@ -275,6 +275,11 @@ class Session:
         return msg.CIRCUITS_CAPABILITY in self.their_hello.capabilities
 
     @property
+    def takes_relay_records(self) -> bool:
+        """The peer's Hello says it takes records with the ``relay`` field."""
+        return msg.RELAYREC_CAPABILITY in self.their_hello.capabilities
+
+    @property
     def resumes(self) -> bool:
         """Both Hellos announce resuming cut transfers (known once the Hellos went by)."""
         cap = msg.RESUME_CAPABILITY

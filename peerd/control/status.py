@@ -260,9 +260,21 @@ class TrackingStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class RelayRow:
+    """One relay the relay client keeps a reservation on (peerd.net.relayclient)."""
+
+    addr: str  #: ``…/tcp/PORT/p2p/<relay id>``
+    #: "configured" (``[network] relays``) or "learned" (address exchange).
+    source: Literal["configured", "learned"]
+    reserved_until: float | None  #: Unix time the held reservation ends; None: none held
+    failures: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ReachabilityStatus:
     """Whether this node is dialable from outside (peerd.net.reachability: AutoNAT dial-backs
-    asked of the configured relays)."""
+    asked of the relays, configured and learned), and those relays."""
 
     #: "public" (no relay reservation is made), "private" or "unknown" (reservations held).
     verdict: str
@@ -272,6 +284,8 @@ class ReachabilityStatus:
     #: Seconds since the last check (None before the first).
     checked_s_ago: float | None
     last_error: str | None
+    #: The relay client's relays: the configured ones in order, then the learned.
+    relays: tuple[RelayRow, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +327,8 @@ class Status:
     learner: LearnerStatus | None = None
     #: ``[tracking]`` set (MLflow, TensorBoard): its sinks' counts; None without one.
     tracking: TrackingStatus | None = None
-    #: ``[network] relays`` set: the reachability verdict; None without relays.
+    #: The relay client runs (``[network] relays`` set, or ``learn_relays``): the
+    #: reachability verdict and the relays; None without a relay client.
     reachability: ReachabilityStatus | None = None
 
 

@@ -85,10 +85,11 @@ class Addresses:
             self._wake()
 
     def sign_own(self, listen: Sequence[str], bound_host: str,
-                 circuits: Sequence[str] = ()) -> None:
+                 circuits: Sequence[str] = (), relay: bool = False) -> None:
         """Our record: the dialable listen addresses and the circuit addresses of the relay
-        reservations we hold (``peerd.net.relayclient``), so the exchange spreads both."""
-        self.book.sign_own(dialable_addrs(listen, bound_host, circuits), self._now())
+        reservations we hold (``peerd.net.relayclient``), so the exchange spreads both;
+        ``relay`` when we run ``[network] relay_service`` (members learn it as a relay)."""
+        self.book.sign_own(dialable_addrs(listen, bound_host, circuits), self._now(), relay)
 
     def prune(self) -> None:
         """A new manifest: records of nodes it no longer admits go."""

@@ -130,11 +130,16 @@ class NetworkConfig:
     #: whenever no peer is in reach; the rest of the fleet is learned from them (signed
     #: address records handed on in sessions, kept in the state directory's address book).
     bootstrap: tuple[str, ...] = ()
-    #: Circuit Relay v2 relays (``/ip4|ip6/HOST/tcp/PORT/p2p/ID``, members or not) this node
+    #: Circuit Relay v2 relays (``/ip4|ip6|dns4|dns6|dns/HOST/tcp/PORT/p2p/ID``, members or
+    #: not; a name is resolved when dialled) this node
     #: reserves a slot on, so that members behind other NATs can dial it through them; its
     #: circuit addresses go in its address record and the relays' rendezvous point, where it
     #: also finds the other members' (peerd.net.relayclient).
     relays: tuple[str, ...] = ()
+    #: Also reserve on up to peerd.node.relaylearn.MAX_LEARNED_RELAYS members whose signed
+    #: address record says they run ``relay_service`` (learned by address exchange), beside
+    #: ``relays``; false: the configured relays only (and no relay client without them).
+    learn_relays: bool = True
     #: ``HOST:PORT`` of the Prometheus endpoint; None = no endpoint.
     metrics_listen: str | None = None
     #: Bytes/s each peer may send us (and we it), sustained; bursts up to one full session.
@@ -271,7 +276,7 @@ _SCHEMA: dict[str, tuple[type[Any], dict[str, Check]]] = {
         "fanout": check_int(1, lim.MAX_FANOUT),
         "max_inbound_sessions": check_int(1, lim.MAX_INBOUND_SESSIONS),
         "max_connections": check_int(1, MAX_PEERS),
-        "relay_service": check_bool, "hole_punch": check_bool,
+        "relay_service": check_bool, "hole_punch": check_bool, "learn_relays": check_bool,
     }),
     "fleet": (FleetConfig, {
         "admin_public_key": check_hex(PUBLIC_KEY_LEN), "fleet_id": check_hex(FLEET_ID_LEN),

@@ -18,7 +18,6 @@ from typing import Any
 from peerd.core.alpha import AlphaError, AlphaPolicy
 from peerd.core.blendrules import parse_rule
 from peerd.core.modes import ModeName
-from peerd.core.reasons import Reason
 from peerd.protocol.entry import group_problem
 from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import as_node_id
@@ -138,37 +137,31 @@ def check_multiaddr(v: Any) -> str:
     return v
 
 
-def check_bootstrap(v: Any) -> str:
-    """``[network] bootstrap``: ``/ip4|ip6|dns4|dns6|dns/HOST/tcp/PORT/p2p/ID`` (the id is
-    what the Noise handshake must prove; the name is resolved when it is dialled)."""
-    example = "/ip4/10.0.0.2/tcp/4011/p2p/12D3KooW... or /dns4/host.example/tcp/4011/p2p/..."
+def _peer_addr(v: Any, example: str, what: str) -> str:
+    """``/ip4|ip6|dns4|dns6|dns/HOST/tcp/PORT/p2p/ID``: the id is what the Noise handshake
+    must prove; a name is resolved when the peer is dialled (peerd.net.bootstrap)."""
     if not isinstance(v, str):
-        raise BadValueError(f"must be a multiaddr like {example}, got {shown(v)}")
+        raise BadValueError(f"must be a {what}multiaddr like {example}, got {shown(v)}")
     head, _, peer_id = v.rpartition("/p2p/")
     try:
-        check_dialable(head, "address")
-        as_node_id(peer_id, "peer id")
+        check_dialable(head, f"{what}address")
+        as_node_id(peer_id, f"{what}peer id")
     except ProtocolError as exc:
         raise BadValueError(f"{exc.message}: must be like {example}, got {shown(v)}") from None
     return v
+
+
+def check_bootstrap(v: Any) -> str:
+    """``[network] bootstrap``: a member's address (:func:`_peer_addr`)."""
+    return _peer_addr(v, "/ip4/10.0.0.2/tcp/4011/p2p/12D3KooW... or "
+                      "/dns4/host.example/tcp/4011/p2p/...", "")
 
 
 def check_relay(v: Any) -> str:
-    """``[network] relays``: ``/ip4|ip6/HOST/tcp/PORT/p2p/ID`` of a Circuit Relay v2 relay
-    (the id is what the Noise handshake with it must prove). An IP literal only: the
-    reservation is held over one connection, dialled as written."""
-    example = "/ip4/203.0.113.7/tcp/4011/p2p/12D3KooW..."
-    if not isinstance(v, str):
-        raise BadValueError(f"must be a relay multiaddr like {example}, got {shown(v)}")
-    head, _, peer_id = v.rpartition("/p2p/")
-    try:
-        if not head.startswith(("/ip4/", "/ip6/")):
-            raise ProtocolError(Reason.MALFORMED, "relay address is not /ip4 or /ip6")
-        check_dialable(head, "relay address")
-        as_node_id(peer_id, "relay peer id")
-    except ProtocolError as exc:
-        raise BadValueError(f"{exc.message}: must be like {example}, got {shown(v)}") from None
-    return v
+    """``[network] relays``: a Circuit Relay v2 relay's address (:func:`_peer_addr`; a name
+    is resolved each time the relay is dialled, bounded)."""
+    return _peer_addr(v, "/ip4/203.0.113.7/tcp/4011/p2p/12D3KooW... or "
+                      "/dns4/relay.example/tcp/4011/p2p/...", "relay ")
 
 
 def check_host_port(v: Any) -> str:

@@ -37,7 +37,7 @@ import trio
 from peerd.control.metrics import StatusMetrics, start_metrics_server
 from peerd.control.server import ControlError, ControlServer, Operations
 from peerd.control.snapshot import NO_TRANSPORT, TransportSnapshot, build_status
-from peerd.control.status import ReachabilityStatus, Status
+from peerd.control.status import ReachabilityStatus, RelayRow, Status
 from peerd.control.tracking import tracked_round
 from peerd.core.entry import Schema
 from peerd.core.staleness import StalenessMode
@@ -117,7 +117,7 @@ class Daemon(Gossiping):
         self.peers = PeerTable(self.node.id, rng=random.Random())  # backoff jitter
         self._discovery: Discovery | None = None  # set while mDNS runs
         self.transport: Transport | None = None  # set while the libp2p host is up
-        self.relays: RelayClient | None = None  # set while [network] relays are kept
+        self.relays: RelayClient | None = None  # set while relays are kept (or learned)
         #: AutoNAT dial-backs asked of those relays: a public node needs no reservation.
         self.reachability: Reachability | None = None
         #: ``[network] relay_service``: the hop + rendezvous point on our host, while it runs.
@@ -315,7 +315,9 @@ class Daemon(Gossiping):
                 log.info("listening on %s as %s (control socket %s)",
                          ", ".join(self.listen_addrs), self.node.id, cfg.node.control_socket)
                 self.peers.add_static(cfg.network.static_peers, self.now())
-                if cfg.network.relays:
+                # Without configured relays too, unless learning is off: members running a
+                # relay service may be learned from the address book (peerd.node.relaylearn).
+                if cfg.network.relays or cfg.network.learn_relays:
                     self.reachability = Reachability(transport, cfg.network.relays)
                     self.relays = RelayClient(
                         transport, cfg.network.relays, cfg.fleet.fleet_id,
@@ -454,6 +456,10 @@ class Daemon(Gossiping):
         if r is None:
             return None
         s = r.snapshot()
+        relays = () if self.relays is None else tuple(
+            RelayRow(addr=st.addr, source="learned" if st.learned else "configured",
+                     reserved_until=st.reserved_until, failures=st.failures,
+                     last_error=st.last_error) for st in self.relays.states())
         return ReachabilityStatus(verdict=str(s.verdict), servers=s.servers, reached=s.reached,
                                   not_reached=s.not_reached, checked_s_ago=s.checked_s_ago,
-                                  last_error=s.last_error)
+                                  last_error=s.last_error, relays=relays)

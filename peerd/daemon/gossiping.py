@@ -23,6 +23,7 @@ from peerd.daemon.notices import ConnectionLog, Membership, plural, short_id
 from peerd.daemon.participation import Participation
 from peerd.net.discovery import Discovery, PeerHint
 from peerd.net.gossip import ReceiveSlots, SessionContext, run_session
+from peerd.net.reachability import Reachability
 from peerd.net.relayclient import RelayClient
 from peerd.net.transport import (
     PeerBudgetError,
@@ -33,6 +34,7 @@ from peerd.net.transport import (
 )
 from peerd.node.inflight import InFlight
 from peerd.node.peers import Peer, PeerTable
+from peerd.node.relaylearn import pick_learned
 from peerd.node.state import NodeState
 from peerd.protocol import messages as msg
 from peerd.protocol.errors import ProtocolError
@@ -59,8 +61,9 @@ class Gossiping:
     node: NodeState
     peers: PeerTable
     transport: Transport | None
-    #: ``[network] relays``' client while it runs (None: no relays configured).
+    #: The relay client while it runs (None: no relays configured and learn_relays off).
     relays: RelayClient | None
+    reachability: Reachability | None
     listen_addrs: list[str]
     addresses: Addresses
     participation: Participation
@@ -80,6 +83,20 @@ class Gossiping:
     if TYPE_CHECKING:  # the daemon's (state): a session persists what it received
         def _persist(self) -> None: ...
         async def _save_ledger(self) -> None: ...
+
+    def _learn_relays(self) -> None:
+        """Each sweep: the relays learned from the address book (peerd.node.relaylearn) to
+        the relay client and the AutoNAT asking; an expired or pruned record, or a member
+        no longer listed, drops its relay here."""
+        if self.relays is None or not self.cfg.network.learn_relays:
+            return
+        learned = pick_learned(
+            self.addresses.book.records(), self_id=self.node.id, now=self.now(),
+            is_member=lambda n: self._member_refusal(n) is None,
+            configured=self.cfg.network.relays,
+            current=[s.addr for s in self.relays.states() if s.learned])
+        if self.relays.set_learned(learned) and self.reachability is not None:
+            self.reachability.set_servers((*self.cfg.network.relays, *learned))
 
     def _session_ctx(self) -> SessionContext:
         def adopted(m: msg.ManifestMessage) -> None:
@@ -255,7 +272,9 @@ class Gossiping:
             t = self.transport  # read live: concrete addresses that follow the host's
             self.addresses.sign_own(self.listen_addrs if t is None else t.listen_addrs,
                                     self.cfg.network.listen_host,
-                                    () if self.relays is None else self.relays.circuit_addrs())
+                                    () if self.relays is None else self.relays.circuit_addrs(),
+                                    self.cfg.network.relay_service)
+            self._learn_relays()
             # Reserved until _dial_and_release ends. At most `fanout` of our sessions run
             # at once, not merely start per sweep: every discovery and publish wakes this
             # loop, and 32 daemons sharing 2 cores once had 31 slow sessions each at once.

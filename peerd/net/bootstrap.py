@@ -60,7 +60,7 @@ def parse(text: str) -> Entry:
 
 async def resolve(entry: Entry) -> tuple[str, ...]:
     """TCP multiaddrs for the entry: itself for an IP literal, else every address the name
-    resolves to (OSError if it does not)."""
+    resolves to (OSError if it does not; trio.TooSlowError after RESOLVE_TIMEOUT_S)."""
     if entry.proto in ("ip4", "ip6"):
         return (f"/{entry.proto}/{entry.host}/tcp/{entry.port}",)
     with trio.fail_after(RESOLVE_TIMEOUT_S):
@@ -73,6 +73,12 @@ async def resolve(entry: Entry) -> tuple[str, ...]:
     if not addrs:
         raise OSError(f"{entry.host} has no address")
     return tuple(dict.fromkeys(addrs))
+
+
+async def resolve_addr(addr: str) -> tuple[str, ...]:
+    """:func:`resolve` for a checked ``/PROTO/HOST/tcp/PORT`` (a relay's address, resolved
+    when it is dialled: ``peerd.net.relayclient``, ``peerd.net.reachability``)."""
+    return await resolve(parse(f"{addr}/p2p/"))
 
 
 async def keep_bootstrapped(

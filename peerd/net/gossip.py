@@ -189,7 +189,8 @@ async def run_session(
     # Our Hello names the seq of the manifest we can hand on (0 if we hold no signed one).
     envelope = node.manifest_envelope
     caps = CAPABILITIES if ctx.address_book is None else \
-        (*CAPABILITIES, msg.ADDRS_CAPABILITY, msg.CIRCUITS_CAPABILITY)
+        (*CAPABILITIES, msg.ADDRS_CAPABILITY, msg.CIRCUITS_CAPABILITY,
+         msg.RELAYREC_CAPABILITY)
     if ctx.partials is not None and ctx.spool_dir is not None:
         caps = (*caps, msg.RESUME_CAPABILITY)
     session = Session(
@@ -287,7 +288,8 @@ def _build(
         now = ctx.now()
         return msg.Addrs(ctx.address_book.outgoing(now, _is_member(node, now),
                                                    exclude=session.peer_id,
-                                                   circuits=session.takes_circuits))
+                                                   circuits=session.takes_circuits,
+                                                   relays=session.takes_relay_records))
     if phase is Phase.WANT:
         # A metadata-only cache merge: only entries that would survive τ_max and C are asked
         # for, freshest first. The session keeps it: the peer's announcement is checked

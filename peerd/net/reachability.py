@@ -17,7 +17,10 @@ reaches it and says ``public``. Configure relays that sit where the other sites 
 
 **When**: at start, then every ``interval_s`` (bounded: ``INTERVAL_BOUNDS_S``), sooner
 (``RETRY_S``) while the verdict is ``unknown``, and at once when the listen addresses change
-(looked at every ``WATCH_S``). The answers table holds the configured servers only.
+(looked at every ``WATCH_S``) or the servers change. The answers table holds the servers
+named now only: the configured relays and those learned by address exchange
+(:meth:`Reachability.set_servers`, ``peerd.node.relaylearn``); a server named by DNS is
+resolved when it is asked (``peerd.net.bootstrap.resolve_addr``, bounded).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from libp2p.peer.id import ID
 
 from peerd.net.ask import ask
 from peerd.net.autonat import AUTONAT_PROTOCOL
+from peerd.net.bootstrap import resolve_addr
 from peerd.net.relayclient import split_relay
 from peerd.net.transport import Transport, TransportError
 from peerd.protocol.peerrecord import is_circuit
@@ -121,6 +125,18 @@ class Reachability:
         self._checked_at: float | None = None
         self._last_error: str | None = None
         self.checked = trio.Event()  #: set after the first check
+        self._servers_changed = False
+
+    def set_servers(self, servers: Sequence[str]) -> None:
+        """Ask these servers from now on (the configured and learned relays); the answers of
+        those dropped go, and a check runs within WATCH_S."""
+        new = list(dict.fromkeys(servers))
+        if new == self._servers:
+            return
+        self._servers = new
+        for key in [k for k in self._answers if k not in new]:
+            del self._answers[key]
+        self._servers_changed = True
 
     def needs_relay(self) -> bool:
         """The RelayClient's predicate: anything but a public verdict keeps reservations."""
@@ -157,11 +173,14 @@ class Reachability:
                     logger.info("reachability: listen addresses changed, checking again")
                     self._answers.clear()
                     break
+                if self._servers_changed:
+                    break
 
     async def check(self) -> Verdict:
         """Ask every server once (together), then decide."""
+        self._servers_changed = False
         async with trio.open_nursery() as nursery:
-            for server in self._servers:
+            for server in list(self._servers):
                 nursery.start_soon(self._ask_one, server)
         self._checked_at = self._clock()
         new = verdict([a.reached for a in self._current()], len(self._servers))
@@ -182,7 +201,8 @@ class Reachability:
             self._last_error = f"{server}: {exc}"
             logger.debug("reachability: %s", self._last_error)
             return
-        self._answers[server] = Answer(reached, self._clock(), addr)
+        if server in self._servers:  # not dropped while it was asked
+            self._answers[server] = Answer(reached, self._clock(), addr)
 
     async def ask(self, server: str) -> tuple[bool, str | None]:
         """One DIAL to ``server``: (reached, the address it reached us at). Raises
@@ -196,14 +216,15 @@ class Reachability:
         try:
             with trio.fail_after(REQUEST_TIMEOUT_S):
                 if not t.is_connected(server_id):
-                    await t.connect(server_id, [head], timeout_s=REQUEST_TIMEOUT_S)
+                    await t.connect(server_id, list(await resolve_addr(head)),
+                                    timeout_s=REQUEST_TIMEOUT_S)
                 raw = await ask(t.host, ID.from_base58(server_id), AUTONAT_PROTOCOL,
                                 request.SerializeToString(), MAX_ANSWER_BYTES)
             answer = Message()
             answer.ParseFromString(raw)
         except trio.TooSlowError:
             raise ReachabilityError("timed out") from None
-        except TransportError as exc:
+        except (TransportError, OSError) as exc:
             raise ReachabilityError(f"unreachable: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - streams and protobuf raise many types
             raise ReachabilityError(f"request failed: {exc!r}") from None

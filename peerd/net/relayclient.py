@@ -1,10 +1,15 @@
-"""A member's side of Circuit Relay v2 (issue 27, item 2): ``[network] relays``.
+"""A member's side of Circuit Relay v2 (issue 27, item 2): ``[network] relays``, and the
+relays learned by address exchange.
 
-For each configured relay (a ``peerd relay``, a member with ``relay_service``, or any libp2p
-Circuit Relay v2 relay) this node keeps a **reservation**: it dials the relay, sends the hop
-protocol's RESERVE, and sends it again when half of what the relay granted has gone, or at
-once when the connection to the relay is lost; a relay that cannot be reached or refuses is
-retried with a jittered, doubling backoff. While a reservation is held, the node can be
+For each relay, configured (a ``peerd relay``, a member with ``relay_service``, or any
+libp2p Circuit Relay v2 relay) or learned (:meth:`RelayClient.set_learned`: members whose
+signed record says they run a relay service, ``peerd.node.relaylearn``; added and dropped
+while the client runs), this node keeps a **reservation**: it dials the relay, sends the
+hop protocol's RESERVE, and sends it again when half of what the relay granted has gone, or
+at once when the connection to the relay is lost; a relay that cannot be reached or refuses
+is retried with a jittered, doubling backoff. A relay named by DNS (``/dns4|dns6|dns/…``)
+is resolved each time it is dialled (``peerd.net.bootstrap.resolve_addr``, bounded). While
+a reservation is held, the node can be
 dialled at its **circuit address** ``<relay's TCP address>/p2p/<relay id>/p2p-circuit``:
 :meth:`RelayClient.circuit_addrs` gives them to the address record
 (``peerd.node.addrbook``), so the sessions' address exchange spreads them, and they are
@@ -61,6 +66,7 @@ from libp2p.tools.anyio_service.context import background_trio_service
 
 from peerd.net import relaydial
 from peerd.net.ask import ask
+from peerd.net.bootstrap import resolve_addr
 from peerd.net.relay import fleet_namespace
 from peerd.net.relaydial import circuit_relay, rank_circuits
 from peerd.net.transport import Transport, TransportError
@@ -135,10 +141,14 @@ class RelayError(Exception):
 
 @dataclass(slots=True)
 class RelayState:
-    """One configured relay as the client sees it (for ``peerd status``/``peerd peers``)."""
+    """One relay as the client sees it (for ``peerd status``)."""
 
-    addr: str  #: as configured, ``…/p2p/<relay id>``
+    addr: str  #: as configured (or learned), ``…/p2p/<relay id>``
     relay_id: str
+    #: Learned by address exchange (``set_learned``), not from ``[network] relays``.
+    learned: bool = False
+    #: The address it was last dialled at (a DNS name resolved); None before.
+    dialled: str | None = None
     #: Unix time the held reservation ends; None while none is held.
     reserved_until: float | None = None
     reservations: int = 0  #: RESERVE answered OK (first ones and refreshes)
@@ -151,7 +161,7 @@ class RelayState:
     def circuit(self) -> str:
         """Our circuit address at this relay (peers append ``/p2p/<our id>``)."""
         head, relay_id = split_relay(self.addr)
-        return f"{head}/p2p/{relay_id}/p2p-circuit"
+        return f"{self.dialled or head}/p2p/{relay_id}/p2p-circuit"
 
 
 #: ``on_found(node_id, addrs)``: a member registered at a rendezvous point, its addresses.
@@ -172,6 +182,10 @@ class RelayClient:
                  needs_reservation: Callable[[], bool] = lambda: True) -> None:
         self._transport = transport
         self._states = [RelayState(a, split_relay(a)[1]) for a in dict.fromkeys(relays)]
+        self._configured = frozenset(s.relay_id for s in self._states)
+        #: Each relay's task while the client runs (by address): cancelled when dropped.
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
         self.namespace = rendezvous_namespace(fleet_id)
         self._is_member = is_member
         self._on_found = on_found
@@ -193,8 +207,38 @@ class RelayClient:
 
     # ------------------------------------------------------------------ what others read
     def states(self) -> list[RelayState]:
-        """A copy of each relay's state, in the configured order."""
+        """A copy of each relay's state: the configured ones in order, then the learned."""
         return [replace(s) for s in self._states]
+
+    def set_learned(self, relays: Sequence[str]) -> bool:
+        """Use these learned relays (``…/p2p/<id>``) beside the configured ones from now on:
+        a new one is reserved on at once, one no longer named is let go (its task ended,
+        its circuit gone from :meth:`circuit_addrs`). A configured relay or this node is
+        never taken as learned. Whether anything changed."""
+        own = self._transport.peer_id
+        want = [a for a in dict.fromkeys(relays)
+                if split_relay(a)[1] not in self._configured and split_relay(a)[1] != own]
+        have = {s.addr: s for s in self._states if s.learned}
+        if list(have) == want:
+            return False
+        for addr, st in have.items():
+            if addr in want:
+                continue
+            self._states.remove(st)
+            self._registered.pop(st.relay_id, None)
+            scope = self._scopes.pop(addr, None)
+            if scope is not None:
+                scope.cancel()
+            logger.info("relay %s: no longer a learned relay", addr)
+        for addr in want:
+            if addr not in have:
+                st = RelayState(addr, split_relay(addr)[1], learned=True)
+                self._states.append(st)
+                logger.info("relay %s: learned by address exchange", addr)
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._run_one, st)
+        self._changed()  # our record and registrations follow the circuits held
+        return True
 
     def circuit_addrs(self) -> tuple[str, ...]:
         """Our circuit addresses at the relays where a reservation is held now."""
@@ -244,9 +288,24 @@ class RelayClient:
             # STOP only: a dial must not make a reservation (ours are kept by _keep).
             self._dialer = CircuitV2Transport(host, stop, RelayConfig(roles=RelayRole.STOP,
                                                                       limits=_STOP_LIMITS))
+            self._nursery = nursery
             self.started.set()
             for state in self._states:
-                nursery.start_soon(self._keep, state)
+                nursery.start_soon(self._run_one, state)
+            try:  # open for relays learned later, with none to start with too
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    async def _run_one(self, st: RelayState) -> None:
+        """One relay's task, cancelled when :meth:`set_learned` lets the relay go."""
+        with trio.CancelScope() as scope:
+            self._scopes[st.addr] = scope
+            try:
+                await self._keep(st)
+            finally:
+                if self._scopes.get(st.addr) is scope:
+                    del self._scopes[st.addr]
 
     async def _keep(self, st: RelayState) -> None:
         backoff = RETRY_MIN_S
@@ -275,12 +334,10 @@ class RelayClient:
                     backoff = min(backoff * 2, self._retry_max_s)
 
     async def _reserve(self, st: RelayState) -> None:
-        head, relay_id = split_relay(st.addr)
-        t, pid = self._transport, ID.from_base58(relay_id)
+        t, pid = self._transport, ID.from_base58(st.relay_id)
         try:
             with trio.fail_after(RESERVE_TIMEOUT_S):
-                if not t.is_connected(relay_id):
-                    await t.connect(relay_id, [head], timeout_s=RESERVE_TIMEOUT_S)
+                await self._connect(st)
                 stream = await t.host.new_stream(pid, [HOP_PROTOCOL_ID])
                 try:
                     await write_delimited_msg(stream, HopMessage(
@@ -293,6 +350,8 @@ class RelayClient:
             raise RelayError("reservation timed out") from None
         except TransportError as exc:
             raise RelayError(f"unreachable: {exc}") from None
+        except OSError as exc:
+            raise RelayError(f"cannot resolve: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - py-libp2p's streams raise many types
             raise RelayError(f"reservation failed: {exc!r}") from None
         status = StatusCode(resp.status) if resp.HasField("status") else StatusCode.OK
@@ -344,19 +403,26 @@ class RelayClient:
             st.reserved_until, st.registered = None, False
             logger.info("relay %s: no reservation needed (publicly reachable)", st.addr)
             self._changed()
-        head, relay_id = split_relay(st.addr)
         next_discover = self._clock()
         while not self._needs_reservation():
-            if not self._transport.is_connected(relay_id):
+            if not self._transport.is_connected(st.relay_id):
                 try:
-                    await self._transport.connect(relay_id, [head],
-                                                  timeout_s=RESERVE_TIMEOUT_S)
-                except TransportError as exc:
-                    raise RelayError(f"unreachable: {exc}") from None
+                    await self._connect(st)
+                except (TransportError, OSError, trio.TooSlowError) as exc:
+                    raise RelayError(f"unreachable: {exc or 'timed out'}") from None
             if self._clock() >= next_discover:
                 await self._discover(st)
                 next_discover = self._clock() + self._discover_interval_s
             await trio.sleep(WATCH_S)
+
+    async def _connect(self, st: RelayState) -> None:
+        """A connection to the relay: its name resolved (OSError, trio.TooSlowError when it
+        is not), then dialled unless one is open (TransportError)."""
+        head, relay_id = split_relay(st.addr)
+        addrs = await resolve_addr(head)
+        st.dialled = addrs[0]
+        if not self._transport.is_connected(relay_id):
+            await self._transport.connect(relay_id, list(addrs), timeout_s=RESERVE_TIMEOUT_S)
 
     # ------------------------------------------------------------------ rendezvous
     async def _rendezvous(self, st: RelayState, request: Message) -> Message:

@@ -122,19 +122,21 @@ class AddressBook:
         return list(self._records.values())
 
     # ------------------------------------------------------------------ our own record
-    def sign_own(self, addrs: Sequence[str], now: float) -> PeerRecord | None:
+    def sign_own(self, addrs: Sequence[str], now: float,
+                 relay: bool = False) -> PeerRecord | None:
         """Our record for ``addrs`` (None when none is dialable): the held one while it names
-        the same addresses and has more than half its life ahead, else a new one."""
+        the same addresses and ``relay`` (we run a relay service) and has more than half its
+        life ahead, else a new one."""
         if not addrs:
             self.own = None
             return None
         own = self.own
-        if own is not None and own.addrs == tuple(addrs) and \
+        if own is not None and own.addrs == tuple(addrs) and own.relay == relay and \
                 own.expires - now > OWN_RECORD_TTL_S / 2:
             return own
         seq = max(int(now * 1000), self.own_seq + 1)
         self.own = sign_record(self._key, self.fleet_id, seq=seq, addrs=addrs,
-                               expires=now + OWN_RECORD_TTL_S)
+                               expires=now + OWN_RECORD_TTL_S, relay=relay)
         self.revision += 1
         return self.own
 
@@ -181,15 +183,17 @@ class AddressBook:
 
     def outgoing(self, now: float, is_member: Callable[[str], bool],
                  exclude: str | None = None, *,
-                 circuits: bool = True) -> tuple[SignedEnvelope, ...]:
+                 circuits: bool = True, relays: bool = True) -> tuple[SignedEnvelope, ...]:
         """What we hand a peer: our record first, then the members' records that expire
         last (the freshest), at most MAX_ADDR_RECORDS; never the peer's own (it knows).
         Without ``circuits`` (a peer of a release before circuit addresses), no record
-        holding one: that peer would end the session on it."""
+        holding one: that peer would end the session on it; likewise without ``relays``, no
+        record with the ``relay`` field."""
         self.expire(now)
 
         def sendable(r: PeerRecord) -> bool:
-            return circuits or not any(is_circuit(a) for a in r.addrs)
+            return (circuits or not any(is_circuit(a) for a in r.addrs)) and \
+                (relays or not r.relay)
 
         own = self.own
         out = [own.envelope] if own is not None and own.expires > now and sendable(own) \

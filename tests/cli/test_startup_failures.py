@@ -194,6 +194,10 @@ def malformed_bootstrap(n: Node, _: ExitStack) -> None:
         "bootstrap": [f"/dns4/host.example/tcp/4011/p2p/{n.node_id}x"]})
 
 
+def learn_relays_not_bool(n: Node, _: ExitStack) -> None:
+    write_overrides(n.config, network={"learn_relays": "yes"})
+
+
 def missing_config(n: Node, _: ExitStack) -> None:
     n.config.unlink()
 
@@ -218,6 +222,7 @@ CASES: dict[str, tuple[Breaker, str]] = {
     "garbage manifest": (garbage_manifest, "no valid fleet manifest in"),
     "missing dataset": (missing_dataset, "no CSV files match"),
     "malformed bootstrap": (malformed_bootstrap, "[network] bootstrap: list item"),
+    "learn_relays not a bool": (learn_relays_not_bool, "[network] learn_relays: must be"),
     "missing config": (missing_config, "cannot read config"),
     "garbage config": (garbage_config, "is not valid TOML"),
 }

@@ -107,10 +107,17 @@ def test_bootstrap_takes_ip_and_dns_multiaddrs_with_a_peer_id() -> None:
     assert cfg.network.bootstrap == tuple(entries)
 
 
-def test_relays_take_ip_multiaddrs_with_a_peer_id() -> None:
-    entries = [f"/ip4/203.0.113.7/tcp/4011/p2p/{PEER}", f"/ip6/2001:db8::7/tcp/4011/p2p/{PEER}"]
+def test_relays_take_ip_and_dns_multiaddrs_with_a_peer_id() -> None:
+    entries = [f"/ip4/203.0.113.7/tcp/4011/p2p/{PEER}", f"/ip6/2001:db8::7/tcp/4011/p2p/{PEER}",
+               f"/dns4/relay.example/tcp/4011/p2p/{PEER}", f"/dns6/r6.example/tcp/1/p2p/{PEER}",
+               f"/dns/relay.example/tcp/4011/p2p/{PEER}"]
     assert loads_config(doc(network={"relays": entries})).network.relays == tuple(entries)
     assert loads_config(doc()).network.relays == ()
+
+
+def test_learning_relays_is_on_unless_turned_off() -> None:
+    assert loads_config(doc()).network.learn_relays is True
+    assert loads_config(doc(network={"learn_relays": False})).network.learn_relays is False
 
 
 @pytest.mark.parametrize(("sections", "message"), [
@@ -140,8 +147,11 @@ def test_relays_take_ip_multiaddrs_with_a_peer_id() -> None:
     ({"network": {"bootstrap": ["/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc"]}},
      "[network] bootstrap: list item: node id"),
     ({"network": {"relays": ["/ip4/10.0.0.2/tcp/4011"]}}, "[network] relays: list item"),
-    ({"network": {"relays": [f"/dns4/relay.example/tcp/4011/p2p/{PEER}"]}},
-     "[network] relays: list item: relay address is not /ip4 or /ip6"),
+    ({"network": {"relays": [f"/dns4/relay_1/tcp/4011/p2p/{PEER}"]}},
+     "[network] relays: list item: relay address has a bad DNS name"),
+    ({"network": {"relays": [f"/dnsaddr/relay.example/tcp/4011/p2p/{PEER}"]}},
+     "[network] relays: list item: relay address '/dnsaddr"),
+    ({"network": {"learn_relays": "yes"}}, "[network] learn_relays: must be"),
     ({"network": {"relays": [f"/ip4/0.0.0.0/tcp/4011/p2p/{PEER}"]}},
      "relay address is no ip4 unicast address"),
     ({"network": {"relays": ["/ip4/10.0.0.2/tcp/4011/p2p/12D3KooWabc"]}},

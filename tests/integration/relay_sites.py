@@ -115,6 +115,13 @@ def sessions(node: Node, peer_id: str) -> int:
     return int(next((p["sessions"] for p in s["peers"] if p["id"] == peer_id), 0))
 
 
+def peer_row(node: Node, peer_id: str) -> dict[str, Any]:
+    """``node``'s status row of ``peer_id`` (empty when it does not answer or has none)."""
+    s = node.status()
+    row = None if s is None else next((p for p in s["peers"] if p["id"] == peer_id), None)
+    return {} if row is None else dict(row)
+
+
 def cross_state(status: dict[str, Any] | None, others: list[str]) -> tuple[int, dict[str, int]]:
     """(completed sessions with any of ``others``, newest cached version of each one's
     entry: -1 where none), from one status; (-1, {}) when the node did not answer."""

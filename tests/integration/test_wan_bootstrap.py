@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,6 +23,7 @@ from tests.integration.mesh import (
     wait_for,
     write_overrides,
 )
+from tests.integration.relay_sites import peer_row as _row
 from tests.net.wan import Wan, skip_reason, wan
 
 pytestmark = pytest.mark.slow
@@ -43,12 +43,6 @@ def _sessions(node: Node, peer_id: str) -> int:
     if s is None:
         return -1
     return next((p["sessions"] for p in s["peers"] if p["id"] == peer_id), 0)
-
-
-def _row(node: Node, peer_id: str) -> dict[str, Any]:
-    s = node.status()
-    row = None if s is None else next((p for p in s["peers"] if p["id"] == peer_id), None)
-    return {} if row is None else dict(row)
 
 
 def test_site_members_join_a_public_one_through_bootstrap_and_recover_from_a_nat_rebinding(
