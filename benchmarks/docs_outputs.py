@@ -76,7 +76,8 @@ PAPER_LINEAR_MEDIAN = {(8, "gaussian"): "0.36 %", (32, "laplace"): "1.4 %"}
 def cordial_linear() -> str:
     """docs/reproduction.md, "Linear model (§6.1)": one row per configuration."""
     rows = []
-    for c in _json(OUTPUTS / "cordial-linear.json")["configs"]:
+    data = _json(OUTPUTS / "cordial-linear.json")
+    for c in data["configs"]:
         runs = c["runs"]
         paper = PAPER_LINEAR_MEDIAN.get((c["n"], c["distribution"]), "between 0.36 and 1.4 %")
         rows.append([str(c["n"]), c["distribution"], str(runs),
@@ -84,9 +85,10 @@ def cordial_linear() -> str:
                      f"{100 * c['max_ratio_final']:.2f} %", paper,
                      f"{c['lower_at_20']}/{runs}", f"{c['lower_from_140_on']}/{runs}",
                      f"{c['slope']:.3f}", str(c["psd_repaired_runs"]), f"{c['wall_s']:.0f} s"])
-    return _table(["N", "inputs", "runs", "median ratio @ 20,000", "largest ratio",
-                   "paper median", "lower @ 20", "lower from 140 on", "slope 2,000–20,000",
-                   "R repaired", "wall"], rows)
+    table = _table(["N", "inputs", "runs", "median ratio @ 20,000", "largest ratio",
+                    "paper median", "lower @ 20", "lower from 140 on", "slope 2,000–20,000",
+                    "R repaired", "wall"], rows)
+    return "\n\n".join([table, _provenance(data)]) if "provenance" in data else table
 
 
 #: The paper's Table 2 (P = 25): test accuracy of cordial agents with the messages removed.
