@@ -125,9 +125,13 @@ def cordial_mesh(prefix: str) -> str:
     without ``--isolated`` (``prefix`` "" for MNIST, "digits-" for the digits)."""
     means = {}
     rows = []
+    records = []
     for name, label in (("cordial", "cordial (views used)"),
                         ("isolated", "isolated (`--isolated`)")):
-        nodes = _json(MESH / f"{prefix}{name}-n4-r100.json")["nodes"]
+        data = _json(MESH / f"{prefix}{name}-n4-r100.json")
+        nodes = data["nodes"]
+        if "provenance" in data:
+            records.append(f"{name.capitalize()}: " + _provenance(data))
         acc = [n["test_accuracy"] for n in nodes]
         means[name] = statistics.fmean(acc)
         rows.append([label, ", ".join(str(n["round"]) for n in nodes),
@@ -135,7 +139,7 @@ def cordial_mesh(prefix: str) -> str:
     gain = 100 * (means["cordial"] - means["isolated"])
     return (_table(["run", "rounds (per node)", "test accuracy per agent", "mean"], rows)
             + f"\n\nWith views, the mean test accuracy is **{gain:.1f} points** above the same "
-            "four daemons in isolation.")
+            "four daemons in isolation." + "".join(f"\n\n{r}" for r in records))
 
 
 # ------------------------------------------------------------- docs/reliability.md
