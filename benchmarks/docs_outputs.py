@@ -76,7 +76,8 @@ PAPER_LINEAR_MEDIAN = {(8, "gaussian"): "0.36 %", (32, "laplace"): "1.4 %"}
 def cordial_linear() -> str:
     """docs/reproduction.md, "Linear model (§6.1)": one row per configuration."""
     rows = []
-    for c in _json(OUTPUTS / "cordial-linear.json")["configs"]:
+    data = _json(OUTPUTS / "cordial-linear.json")
+    for c in data["configs"]:
         runs = c["runs"]
         paper = PAPER_LINEAR_MEDIAN.get((c["n"], c["distribution"]), "between 0.36 and 1.4 %")
         rows.append([str(c["n"]), c["distribution"], str(runs),
@@ -84,9 +85,10 @@ def cordial_linear() -> str:
                      f"{100 * c['max_ratio_final']:.2f} %", paper,
                      f"{c['lower_at_20']}/{runs}", f"{c['lower_from_140_on']}/{runs}",
                      f"{c['slope']:.3f}", str(c["psd_repaired_runs"]), f"{c['wall_s']:.0f} s"])
-    return _table(["N", "inputs", "runs", "median ratio @ 20,000", "largest ratio",
-                   "paper median", "lower @ 20", "lower from 140 on", "slope 2,000–20,000",
-                   "R repaired", "wall"], rows)
+    table = _table(["N", "inputs", "runs", "median ratio @ 20,000", "largest ratio",
+                    "paper median", "lower @ 20", "lower from 140 on", "slope 2,000–20,000",
+                    "R repaired", "wall"], rows)
+    return "\n\n".join([table, _provenance(data)]) if "provenance" in data else table
 
 
 #: The paper's Table 2 (P = 25): test accuracy of cordial agents with the messages removed.
@@ -123,9 +125,13 @@ def cordial_mesh(prefix: str) -> str:
     without ``--isolated`` (``prefix`` "" for MNIST, "digits-" for the digits)."""
     means = {}
     rows = []
+    records = []
     for name, label in (("cordial", "cordial (views used)"),
                         ("isolated", "isolated (`--isolated`)")):
-        nodes = _json(MESH / f"{prefix}{name}-n4-r100.json")["nodes"]
+        data = _json(MESH / f"{prefix}{name}-n4-r100.json")
+        nodes = data["nodes"]
+        if "provenance" in data:
+            records.append(f"{name.capitalize()}: " + _provenance(data))
         acc = [n["test_accuracy"] for n in nodes]
         means[name] = statistics.fmean(acc)
         rows.append([label, ", ".join(str(n["round"]) for n in nodes),
@@ -133,7 +139,7 @@ def cordial_mesh(prefix: str) -> str:
     gain = 100 * (means["cordial"] - means["isolated"])
     return (_table(["run", "rounds (per node)", "test accuracy per agent", "mean"], rows)
             + f"\n\nWith views, the mean test accuracy is **{gain:.1f} points** above the same "
-            "four daemons in isolation.")
+            "four daemons in isolation." + "".join(f"\n\n{r}" for r in records))
 
 
 # ------------------------------------------------------------- docs/reliability.md

@@ -26,9 +26,8 @@ NO_PROVENANCE: frozenset[str] = frozenset({
     "docs/robustness/*.json",
     "docs/reliability/soak-30min-*.json",  # the kept older runs (soak-30min.json has one)
     "docs/reliability/soak-targeted-*.json",
-    "docs/reproduction/cordial-linear.json",
     "docs/reproduction/cordial-pairwise10-n*.json",
-    "docs/results/cordial-mesh/*",
+    "docs/results/cordial-mesh/integration-runs.txt",  # printed lines of pytest -s
 })
 
 

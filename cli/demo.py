@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from peerd.control.status import Status
     from peerd.mesh.inproc import RoundReport
     from peerd.mesh.localmesh import MeshNode
+    from peerd.sim.provenance import Started
 
 #: Daemons import torch, scikit-learn and libp2p before their first round: allow for it.
 STARTUP_TIMEOUT_S = 180.0
@@ -130,9 +131,18 @@ DEMO_MODES = (ModeName.WEIGHTS, ModeName.KNOWLEDGE, ModeName.CORDIAL)
 KNOWLEDGE_MODELS = ("small", "medium", "large")
 
 
+def _print_json(summary: dict[str, Any], run_started: Started | None) -> None:
+    """The ``--json`` summary, with the run's provenance (issue 28: a summary quoted in the
+    docs names its commit and full command) when the command line gave one."""
+    if run_started is not None:
+        summary = {**summary, "provenance": run_started.record()}
+    print(json.dumps(summary))
+
+
 def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Console,
               mode: ModeName = ModeName.WEIGHTS, model: str | None = None,
-              round_interval: float | None = None, isolated: bool = False) -> None:
+              round_interval: float | None = None, isolated: bool = False,
+              run_started: Started | None = None) -> None:
     from peerd.mesh import cordial, netns
     from peerd.mesh.localmesh import local_mesh
 
@@ -164,7 +174,7 @@ def _run_mesh(nodes: int, rounds: int, task: str, as_json: bool, console: Consol
         summary = _summary(mesh, statuses)
         cordial_acc = cordial.mean_test_accuracy(statuses)
     if as_json:
-        print(json.dumps(summary))
+        _print_json(summary, run_started)
         return
     accs = [n["val_accuracy"] for n in summary["nodes"] if n["val_accuracy"] is not None]
     if not console.is_terminal:
@@ -203,7 +213,8 @@ def _watch(mesh: list[MeshNode], rounds: int, console: Console,
             time.sleep(1.0)
 
 
-def _run_inprocess(nodes: int, rounds: int, as_json: bool, console: Console) -> None:
+def _run_inprocess(nodes: int, rounds: int, as_json: bool, console: Console,
+                   run_started: Started | None = None) -> None:
     from peerd.mesh.inproc import MeshConfig, run_mesh
 
     def table(report: RoundReport) -> Table:
@@ -229,15 +240,16 @@ def _run_inprocess(nodes: int, rounds: int, as_json: bool, console: Console) -> 
     mesh = statistics.fmean(n.val_accuracy for n in last.nodes)
     alone = statistics.fmean(last.isolated_accuracy)
     if as_json:
-        print(json.dumps({"mode": "in-process", "nodes": [
+        _print_json({"mode": "in-process", "nodes": [
             {"id": n.id, "round": n.round, "version": n.version,
              "cache": [o for o, _, _ in n.cache], "val_accuracy": n.val_accuracy}
-            for n in last.nodes], "isolated_mean_val_accuracy": alone}))
+            for n in last.nodes], "isolated_mean_val_accuracy": alone}, run_started)
         return
     console.print(f"mean accuracy [bold]{mesh:.3f}[/bold] vs {alone:.3f} trained in isolation")
 
 
 def demo(
+    ctx: typer.Context,
     nodes: Annotated[int, typer.Option("--nodes", min=2, max=MAX_NODES,
                                        help="Daemons.")] = 4,
     rounds: Annotated[int, typer.Option("--rounds", min=1, max=10_000,
@@ -301,10 +313,14 @@ def demo(
     console = Console(stderr=as_json)
     if in_process and chosen is not ModeName.WEIGHTS:
         raise typer.BadParameter("--in-process runs weight mode only", param_hint="--mode")
+    if in_process and task != "digits":
+        raise typer.BadParameter("--in-process runs digits only", param_hint="--task")
+    from peerd.cli.provenance import started
+
+    # The task as resolved: the recorded command must not depend on the mode's default.
+    run_started = started(ctx, task=task)
     if in_process:
-        if task != "digits":
-            raise typer.BadParameter("--in-process runs digits only", param_hint="--task")
-        _run_inprocess(nodes, rounds, as_json, console)
+        _run_inprocess(nodes, rounds, as_json, console, run_started)
     else:
         _run_mesh(nodes, rounds, task, as_json, console, chosen, model, round_interval,
-                  isolated)
+                  isolated, run_started)
