@@ -29,9 +29,9 @@ relays can hand it circuits. A relayed connection is an inbound connection of th
 any other, so the transport's admission (``peerd.net.admission``) screens it the same way: a
 non-member's circuit is closed right after its handshake.
 
-The rendezvous messages are built here (py-libp2p's message protobuf, its framing) rather than
-with its ``RendezvousClient``, which registers the host's listen addresses (stripped of
-everything after ``/p2p/``: a circuit would lose its relay) and reads answers of up to 4 MiB.
+The rendezvous requests are ``peerd.net.rendezvousclient``'s; a relay that runs no
+rendezvous point (js-libp2p's) is asked nothing more until the connection to it is made
+again.
 
 It must not decide who is a member (``is_member`` is the caller's) nor touch the peer table
 (``on_found`` and ``on_reserved``, a reservation held anew, are the caller's); it reports its
@@ -47,11 +47,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 
-import multiaddr
 import trio
 from libp2p.connection_types import ConnectionType
-from libp2p.discovery.rendezvous.config import RENDEZVOUS_PROTOCOL
-from libp2p.discovery.rendezvous.pb.rendezvous_pb2 import Message
 from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.config import RelayConfig, RelayRole
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
@@ -64,23 +61,19 @@ from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
 from libp2p.tools.anyio_service.context import background_trio_service
 
-from peerd.net import relaydial
-from peerd.net.ask import ask
+from peerd.net import relaydial, rendezvousclient
 from peerd.net.bootstrap import resolve_addr
 from peerd.net.relay import fleet_namespace
 from peerd.net.relaydial import circuit_relay, rank_circuits
+from peerd.net.rendezvousclient import RendezvousError
 from peerd.net.transport import Transport, TransportError
-from peerd.protocol.errors import ProtocolError
-from peerd.protocol.identity import as_node_id
 from peerd.protocol.limits import MAX_RECORD_ADDRS
-from peerd.protocol.peerrecord import check_record_addr, is_circuit
+from peerd.protocol.peerrecord import is_circuit
 
 logger = logging.getLogger(__name__)
 
 #: Deadline of one reservation (dial the relay if need be, RESERVE, its answer).
 RESERVE_TIMEOUT_S = 10.0
-#: Deadline of one rendezvous request (REGISTER or DISCOVER and its answer).
-RENDEZVOUS_TIMEOUT_S = 10.0
 #: Backoff between attempts at a relay that is gone or refuses (jittered, doubling).
 RETRY_MIN_S, RETRY_MAX_S = 1.0, 60.0
 #: For this long after a held reservation is lost, a relay is retried every RETRY_MIN_S
@@ -99,16 +92,6 @@ WATCH_S = 1.0
 REFRESH_MAX_S = 600.0
 #: Seconds between DISCOVER requests at each relay's rendezvous point.
 DISCOVER_INTERVAL_S = 30.0
-#: What we ask the rendezvous point to keep our registration for; we register again with
-#: each reservation, long before it lapses.
-REGISTRATION_TTL_S = 2 * 3600
-#: Registrations taken from one DISCOVER answer. Threat: a rendezvous point is not a member
-#: and is not trusted: an answer listing thousands of ids would make as many peer-table
-#: entries and dials. A fleet larger than this meets the rest through address exchange.
-MAX_RENDEZVOUS_PEERS = 64
-#: Largest rendezvous answer read. Threat: bytes buffered from an untrusted relay before any
-#: are looked at; MAX_RENDEZVOUS_PEERS registrations of MAX_RECORD_ADDRS short addresses fit.
-MAX_RENDEZVOUS_MESSAGE_LEN = 64 << 10
 #: Circuit addresses of one peer tried per dial: a peer registers at most a few relays.
 MAX_CIRCUIT_DIALS = 4
 #: Peers remembered as reached through a circuit at their last dial (their next dial gives
@@ -155,6 +138,9 @@ class RelayState:
     failures: int = 0  #: attempts that failed (unreachable, refused, lost)
     last_error: str | None = None
     registered: bool = False  #: our circuits registered at its rendezvous point
+    #: Whether it runs a rendezvous point: None until it answered or refused since we last
+    #: connected to it, False while it said it runs none (then it is asked nothing).
+    rendezvous: bool | None = None
     found: int = 0  #: members taken from its last DISCOVER answer
 
     @property
@@ -423,44 +409,25 @@ class RelayClient:
         st.dialled = addrs[0]
         if not self._transport.is_connected(relay_id):
             await self._transport.connect(relay_id, list(addrs), timeout_s=RESERVE_TIMEOUT_S)
+            st.rendezvous = None  # a new connection: perhaps another build of the relay
 
     # ------------------------------------------------------------------ rendezvous
-    async def _rendezvous(self, st: RelayState, request: Message) -> Message:
-        pid = ID.from_base58(st.relay_id)
-        host = self._transport.host
-        try:
-            with trio.fail_after(RENDEZVOUS_TIMEOUT_S):
-                raw = await ask(host, pid, RENDEZVOUS_PROTOCOL, request.SerializeToString(),
-                                MAX_RENDEZVOUS_MESSAGE_LEN)
-            answer = Message()
-            answer.ParseFromString(raw)
-        except trio.TooSlowError:
-            raise RelayError("rendezvous request timed out") from None
-        except Exception as exc:  # noqa: BLE001 - streams and protobuf raise many types
-            raise RelayError(f"rendezvous request failed: {exc!r}") from None
-        return answer
-
     async def _register(self, st: RelayState) -> None:
         """Our circuit addresses (at every relay holding one now) under the namespace. A
         relay without a rendezvous point still relays: a failure here is only logged."""
-        request = Message(type=Message.REGISTER)
-        request.register.ns = self.namespace
-        request.register.ttl = REGISTRATION_TTL_S
-        request.register.peer.id = self._transport.host.get_id().to_bytes()
-        circuits = self._circuits()
-        for addr in circuits:
-            request.register.peer.addrs.append(multiaddr.Multiaddr(addr).to_bytes())
-        try:
-            answer = await self._rendezvous(st, request)
-        except RelayError as exc:
-            st.registered = False
-            logger.debug("relay %s: %s", st.addr, exc)
+        if st.rendezvous is False:
             return
-        ok = (answer.type == Message.REGISTER_RESPONSE
-              and answer.registerResponse.status == Message.ResponseStatus.OK)
+        circuits = self._circuits()
+        try:
+            ok, why = await rendezvousclient.register(self._transport.host, st.relay_id,
+                                                      self.namespace, circuits)
+        except RendezvousError as exc:
+            self._no_answer(st, exc)
+            st.registered = False
+            return
+        st.rendezvous = True
         if not ok and st.registered is not False:
-            logger.info("relay %s: rendezvous registration refused (%s)", st.addr,
-                        answer.registerResponse.statusText[:100])
+            logger.info("relay %s: rendezvous registration refused (%s)", st.addr, why)
         st.registered = ok
         if ok:
             self._registered[st.relay_id] = circuits
@@ -470,25 +437,30 @@ class RelayClient:
         return self.circuit_addrs()[:MAX_RECORD_ADDRS]
 
     async def _discover(self, st: RelayState) -> None:
-        request = Message(type=Message.DISCOVER)
-        request.discover.ns = self.namespace
-        request.discover.limit = MAX_RENDEZVOUS_PEERS
+        if st.rendezvous is False:
+            return
         try:
-            answer = await self._rendezvous(st, request)
-        except RelayError as exc:
+            found = await rendezvousclient.discover(
+                self._transport.host, st.relay_id, self.namespace, self._transport.peer_id,
+                self._is_member)
+        except RendezvousError as exc:
+            self._no_answer(st, exc)
+            return
+        st.rendezvous = True
+        for node_id, addrs in found:
+            self._on_found(node_id, addrs)
+        st.found = len(found)
+
+    def _no_answer(self, st: RelayState, exc: RendezvousError) -> None:
+        if exc.unsupported:
+            # Asking again every DISCOVER_INTERVAL_S would only log the library's error line
+            # each time: asked again once the relay is connected anew (it may be another
+            # build after a restart).
+            st.rendezvous = False
+            logger.info("relay %s: no rendezvous point there; members are found through "
+                        "address exchange only", st.addr)
+        else:
             logger.debug("relay %s: %s", st.addr, exc)
-            return
-        if answer.type != Message.DISCOVER_RESPONSE or \
-                answer.discoverResponse.status != Message.ResponseStatus.OK:
-            return
-        own = self._transport.peer_id
-        found = 0
-        for reg in answer.discoverResponse.registrations[:MAX_RENDEZVOUS_PEERS]:
-            taken = _registration(reg, own, self._is_member)
-            if taken is not None:
-                found += 1
-                self._on_found(*taken)
-        st.found = found
 
     # ------------------------------------------------------------------ dialling
     async def connect(self, peer_id: str, addrs: Sequence[str]) -> None:
@@ -522,22 +494,3 @@ class RelayClient:
         if self._on_change is not None:
             self._on_change()
 
-
-def _registration(reg: Message.Register, own: str,
-                  is_member: Callable[[str], bool]) -> tuple[str, tuple[str, ...]] | None:
-    """(node id, addresses) of one registration, or None: malformed, ours, or a node we
-    would not admit. Addresses that a record could not hold are dropped, at most
-    MAX_RECORD_ADDRS taken."""
-    try:
-        node_id = as_node_id(ID(reg.peer.id).to_base58(), "rendezvous peer id")
-    except (ProtocolError, ValueError, TypeError):
-        return None
-    if node_id == own or not is_member(node_id):
-        return None
-    addrs: list[str] = []
-    for raw in reg.peer.addrs[:MAX_RECORD_ADDRS]:
-        try:
-            addrs.append(check_record_addr(str(multiaddr.Multiaddr(raw))))
-        except Exception:  # noqa: BLE001, S112 - multiaddr and our check: skip what fails
-            continue
-    return (node_id, tuple(dict.fromkeys(addrs))) if addrs else None

@@ -10,12 +10,16 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.discovery.rendezvous.config import RENDEZVOUS_PROTOCOL
+from libp2p.protocol_muxer.exceptions import MultiselectClientError
 
-from peerd.net import relayclient
+from peerd.net import relayclient, rendezvousclient
+from peerd.net.ask import ask
 from peerd.net.gossip import SessionResult, run_session
 from peerd.net.relay import RelayService
 from peerd.net.relayclient import UNKNOWN_RELAY, RelayClient, rendezvous_namespace
@@ -275,3 +279,39 @@ def test_a_non_members_relayed_connection_is_refused_like_a_direct_one() -> None
 def test_only_circuit_shaped_addresses_are_circuits() -> None:
     assert is_circuit("/ip4/1.2.3.4/tcp/1/p2p/X/p2p-circuit")
     assert not is_circuit("/ip4/1.2.3.4/tcp/1")
+
+
+def test_a_relay_without_a_rendezvous_point_is_not_asked_again_and_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """js-libp2p's relay runs no rendezvous point: its ``na`` stops the asking (each refused
+    stream also logs an error line in py-libp2p) until the relay is connected anew."""
+    asked: list[str] = []
+
+    async def counting_ask(*args: Any) -> bytes:
+        asked.append(str(args[2]))
+        return await ask(*args)
+
+    monkeypatch.setattr(rendezvousclient, "ask", counting_ask)
+
+    async def body() -> None:
+        async with relay() as r, trio.open_nursery() as nursery, AsyncExitStack() as stack:
+            r.transport.host.remove_stream_handler(RENDEZVOUS_PROTOCOL)
+            a = await stack.enter_async_context(member(A, [r.addr], nursery, discover_s=0.1))
+            await until(lambda: a.client.states()[0].rendezvous is False)
+            await trio.sleep(1.5)  # 15 DISCOVER intervals
+            [state] = a.client.states()
+            assert state.reserved_until is not None  # it still relays
+            assert not state.registered
+            assert len(asked) == 1, asked  # the REGISTER that drew the na; no DISCOVER
+            nursery.cancel_scope.cancel()
+
+    run(body, 60)
+
+
+def test_only_the_peers_na_counts_as_no_rendezvous_point() -> None:
+    na = MultiselectClientError("protocols not supported: tried ['/rendezvous/1.0.0']")
+    wrapped = RuntimeError("failed to open a stream to peer x")
+    wrapped.__cause__ = na  # as py-libp2p's new_stream raises it: StreamFailure from the na
+    assert rendezvousclient.refused(wrapped)
+    assert not rendezvousclient.refused(MultiselectClientError("response timed out after 5s"))
+    assert not rendezvousclient.refused(trio.TooSlowError())
