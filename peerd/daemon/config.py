@@ -166,7 +166,8 @@ class NetworkConfig:
     #: members slots and a directory. Its limits are peerd.net.relay.RELAY_LIMITS.
     relay_service: bool = False
     #: Upgrade a member reached through a relay to a direct connection by DCUtR hole
-    #: punching (peerd.net.dcutr): works between endpoint-independent NATs; needs ``relays``.
+    #: punching (peerd.net.dcutr): works between endpoint-independent NATs; needs a relay,
+    #: configured (``relays``) or learned (``learn_relays``).
     hole_punch: bool = False
 
 
@@ -340,10 +341,11 @@ def loads_config(data: Mapping[str, Any], *, source: Path | None = None) -> Conf
                           f"{validation.update_norm_min_history}")
     check_learning(learning, task)
     network: NetworkConfig | None = parts.get("network")
-    if network is not None and network.hole_punch and not network.relays:
-        raise ConfigError("[network] hole_punch: needs [network] relays (DCUtR upgrades "
-                          "connections made through a relay, and only a relay client "
-                          "accepts them)")
+    if network is not None and network.hole_punch and not network.relays \
+            and not network.learn_relays:
+        raise ConfigError("[network] hole_punch: needs [network] relays or learn_relays = "
+                          "true (DCUtR upgrades connections made through a relay, and only "
+                          "a relay client accepts them)")
     fleet: FleetConfig = parts["fleet"]
     if not fleet.entry_encoding.lossless and learning.mode is not ModeName.WEIGHTS:
         raise ConfigError(f"[fleet] entry_encoding: {fleet.entry_encoding} applies to weight "

@@ -350,7 +350,7 @@ class Daemon(Gossiping):
                 if self.cfg.network.hole_punch:  # before the relay client dials its relays
                     # The relays are identified though not members: their answers carry
                     # the public address our NAT maps us to, which DCUtR tells the other
-                    # side to dial.
+                    # side to dial. (Learned relays are members: identified as any is.)
                     transport.library_tables.identify_also(
                         frozenset(split_relay(a)[1] for a in self.cfg.network.relays))
                 # A relay service of our own serves /stop already: the client uses its hop.

@@ -24,17 +24,14 @@ from tests.integration.mesh import (
     write_overrides,
 )
 from tests.integration.relay_sites import peer_row as _row
-from tests.net.wan import Wan, skip_reason, wan
+from tests.net.wan import Wan, wan_or_skip
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def net() -> Iterator[Wan]:
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    with wan((2, 0), 1) as w:
+    with wan_or_skip((2, 0), 1) as w:
         yield w
 
 

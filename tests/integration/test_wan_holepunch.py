@@ -31,15 +31,12 @@ from tests.integration.mesh import (
     write_overrides,
 )
 from tests.integration.relay_sites import sessions, start_relay, stop_relay
-from tests.net.wan import Wan, punchable, skip_reason, wan
+from tests.net.wan import Wan, punchable, wan_or_skip
 
 
 @pytest.fixture
 def net() -> Iterator[Wan]:
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    with wan((1, 1), 1) as w:
+    with wan_or_skip((1, 1), 1) as w:
         punchable(w)
         # Byte counts per flow (per namespace; off by default): which path the sessions take.
         subprocess.run(w.sites["a"].router.command(

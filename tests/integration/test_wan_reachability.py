@@ -30,15 +30,12 @@ from tests.integration.mesh import (
     write_overrides,
 )
 from tests.integration.relay_sites import start_relay, stop_relay
-from tests.net.wan import Wan, skip_reason, wan
+from tests.net.wan import Wan, wan_or_skip
 
 
 @pytest.fixture
 def net() -> Iterator[Wan]:
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    with wan((1, 0), 2) as w:
+    with wan_or_skip((1, 0), 2) as w:
         yield w
 
 

@@ -28,15 +28,12 @@ from tests.integration.mesh import (
     write_overrides,
 )
 from tests.integration.relay_sites import relay_fleet, sessions, start_relay, stop_relay
-from tests.net.wan import Wan, skip_reason, wan
+from tests.net.wan import Wan, wan_or_skip
 
 
 @pytest.fixture
 def net(request: pytest.FixtureRequest) -> Iterator[Wan]:
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    with wan(getattr(request, "param", (1, 1)), 1) as w:
+    with wan_or_skip(getattr(request, "param", (1, 1)), 1) as w:
         yield w
 
 
@@ -125,10 +122,7 @@ def test_two_sites_with_two_relays_meet_through_the_second_once_the_first_is_kil
     fresh sessions through r2, which the dialler's ``peerd status`` names as the path's
     relay. The time is printed (benchmarks/bench_relay_fallback.py measures it, n ≥ 5).
     Short enough for CI (about 16 s here, most of it start-up)."""
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    with wan((1, 1), 2) as w:
+    with wan_or_skip((1, 1), 2) as w:
         (r1, addr1), (r2, addr2) = (start_relay(h, tmp_path / f"relay{i}")
                                     for i, h in enumerate(w.public, 1))
         try:

@@ -19,7 +19,7 @@ import pytest
 
 from peerd.mesh.netns import Host
 from tests.integration.relay_sites import start_relay, stop_relay
-from tests.net.wan import Wan, skip_reason, wan
+from tests.net.wan import Wan, wan_or_skip
 
 PROBE_PORT = 4001
 PROBE_TIMEOUT_S = 60
@@ -27,10 +27,7 @@ PROBE_TIMEOUT_S = 60
 
 @pytest.fixture
 def net() -> Iterator[Wan]:
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    with wan((1, 0), 2, net=81) as w:
+    with wan_or_skip((1, 0), 2, net=81) as w:
         yield w
 
 

@@ -32,12 +32,16 @@ RELAY = "/ip4/203.0.113.10/tcp/4011/p2p/12D3KooWNdD52pNh91zJwXAuLRMsaAwotPwR3zv5
 BAIT = "/ip4/198.51.100.7/tcp/4001"
 
 
-def test_hole_punch_is_off_unless_asked_and_needs_relays() -> None:
+def test_hole_punch_is_off_unless_asked_and_needs_a_relay() -> None:
     assert loads_config({"fleet": FLEET}).network.hole_punch is False
     on = loads_config({"fleet": FLEET, "network": {"relays": [RELAY], "hole_punch": True}})
     assert on.network.hole_punch is True
-    with pytest.raises(ConfigError, match=r"\[network\] hole_punch: needs \[network\] relays"):
-        loads_config({"fleet": FLEET, "network": {"hole_punch": True}})
+    # Relays learned by address exchange are enough (learn_relays is on by default) ...
+    assert loads_config({"fleet": FLEET, "network": {"hole_punch": True}}).network.hole_punch
+    # ... but with learning off, no relay could ever hand over a connection to upgrade.
+    with pytest.raises(ConfigError, match=r"\[network\] hole_punch: needs \[network\] relays "
+                                          r"or learn_relays = true"):
+        loads_config({"fleet": FLEET, "network": {"hole_punch": True, "learn_relays": False}})
     with pytest.raises(ConfigError, match=r"\[network\] hole_punch: must be true or false"):
         loads_config({"fleet": FLEET, "network": {"relays": [RELAY], "hole_punch": "yes"}})
 

@@ -20,7 +20,7 @@ from peerd.net.transport_config import (
     TCP_KEEPALIVE_IDLE_S,
     TCP_KEEPALIVE_INTERVAL_S,
 )
-from tests.net.wan import skip_reason, wan
+from tests.net.wan import wan_or_skip
 
 SCRIPT = str(Path(__file__).with_name("wan_halfopen.py"))
 PORT = 7011  # inside the namespaces only
@@ -43,11 +43,8 @@ def _say(p: subprocess.Popen[str], line: str) -> None:
 @pytest.mark.parametrize("site_name", ["a", "b"])
 def test_an_idle_connection_ends_soon_after_the_nat_forgets_it_and_the_peer_closes(
         site_name: str) -> None:
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
     assert BOUND_S < 15.0
-    with wan((1, 1), 1) as w:
+    with wan_or_skip((1, 1), 1) as w:
         site, pub = w.sites[site_name], w.public[0]
         procs: list[subprocess.Popen[str]] = []
         try:

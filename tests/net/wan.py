@@ -20,7 +20,8 @@ down for a while, as a failing line does. Every namespace is deleted, and every 
 stopped, on exit, also when the test fails; nothing is added to the root namespace (no mDNS
 leaves it).
 Both iptables back ends (nft, legacy) work inside a namespace; ``iptables`` is whichever the
-system's alternative names. ``skip_reason(link)`` says why this cannot run here.
+system's alternative names. ``skip_reason(link)`` says why this cannot run here;
+``wan_or_skip(...)``, a test's fixture body, is ``wan(...)`` or the test skipped with it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 from peerd.mesh.netns import IP_CMD_TIMEOUT_S, Host, unavailable
 
 __all__ = ["PUBLIC_SUBNET", "Link", "Site", "Wan", "cut", "drop_unsolicited", "punchable",
-           "skip_reason", "wan"]
+           "skip_reason", "wan", "wan_or_skip"]
 
 PUBLIC_SUBNET = "203.0.113"
 #: Site ``a`` keeps a flow's port (endpoint-independent), ``b`` randomises it per flow.
@@ -254,6 +255,20 @@ def wan(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int
             _stop(p)
         for name in reversed(created):
             _ip("netns", "del", name, check=False)
+
+
+@contextmanager
+def wan_or_skip(site_hosts: tuple[int, int] = (2, 2), public_hosts: int = 1, *, net: int = 79,
+                link: Link | None = None) -> Iterator[Wan]:
+    """:func:`wan` for a test, which is skipped, with :func:`skip_reason`'s reason, where the
+    WAN cannot be built here."""
+    import pytest  # only a test calls this: the benchmarks' imports stay free of pytest
+
+    reason = skip_reason(link)
+    if reason is not None:
+        pytest.skip(reason)
+    with wan(site_hosts, public_hosts, net=net, link=link) as w:
+        yield w
 
 
 def punchable(w: Wan, *, routers_drop: bool = True) -> None:
