@@ -12,7 +12,7 @@ one JSON record a line); ``peerd audit`` reads them from the daemon (the control
 (:func:`read_offline`). Either way the answer is an :class:`Audit` saying which source it
 came from.
 
-The dataclasses are the schema, with :mod:`peerd.control.status`'s codec rules (a key's JSON
+The dataclasses are the schema, with :mod:`peerd.control.jsoncodec`'s rules (a key's JSON
 name is the field's name; NaN or infinite optional numbers are ``null``; unknown keys are
 ignored). Pure and light like the status module: it must not import the daemon, torch or the
 transport.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from peerd.control.client import DEFAULT_TIMEOUT_S, decode_result, request
-from peerd.control.status import StatusError, _record
+from peerd.control.jsoncodec import Codec
 from peerd.store.roundlog import RoundLine, read_round_log
 
 #: A member's verdict under update-norm validation ("accepted" when it is off).
@@ -140,31 +140,19 @@ class Audit:
     skipped: int
 
 
-_RECORD = _record(RoundRecord)
-_AUDIT = _record(Audit)
+_RECORD = Codec(RoundRecord)
+_AUDIT = Codec(Audit)
 
 
 def record_to_json(record: RoundRecord) -> dict[str, Any]:
-    encoded: dict[str, Any] = _RECORD[1](record)
-    return encoded
-
-
-def _decoded(decode: Any, obj: Any) -> Any:
-    """``obj`` through a ``_record`` decoder; :class:`StatusError` naming every problem."""
-    problems: list[str] = []
-    value = decode(obj, "", problems)
-    if problems:
-        raise StatusError(problems)
-    return value
+    return _RECORD.to_json(record)
 
 
 def record_from_json(obj: Any) -> RoundRecord:
     """A :class:`RoundRecord`; :class:`StatusError` naming every shape problem."""
     if isinstance(obj, dict):  # keys later versions added: an older log still reads
         obj = {"withdrawn": [], "learner": None, **obj}  # issue 24; issue 26
-    value = _decoded(_RECORD[0], obj)
-    assert isinstance(value, RoundRecord)
-    return value
+    return _RECORD.from_json(obj)
 
 
 def encode_record(record: RoundRecord) -> bytes:
@@ -174,14 +162,11 @@ def encode_record(record: RoundRecord) -> bytes:
 
 
 def audit_to_json(audit: Audit) -> dict[str, Any]:
-    encoded: dict[str, Any] = _AUDIT[1](audit)
-    return encoded
+    return _AUDIT.to_json(audit)
 
 
 def audit_from_json(obj: Any) -> Audit:
-    value = _decoded(_AUDIT[0], obj)
-    assert isinstance(value, Audit)
-    return value
+    return _AUDIT.from_json(obj)
 
 
 def decode_lines(lines: list[RoundLine], source: Literal["daemon", "state_dir"],

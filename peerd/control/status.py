@@ -8,10 +8,8 @@ The dataclasses below *are* the schema: a key's JSON name is the field's name an
 in field order, so adding a field adds it to the JSON, to the decoder and to the documented
 shape (``docs/operations.md``; a test holds the three together).
 
-JSON rules: tuples are lists, mappings are objects, an optional number that is NaN or
-infinite is ``null`` (JSON has no spelling for them), unknown keys are ignored on decoding
-(the documented contract: extra fields may appear), and numbers keep their JSON form (an
-integral ``created_at`` stays an integer) so decoding and re-encoding gives back the same bytes.
+The JSON rules (tuples are lists, an optional number that is NaN or infinite is ``null``,
+unknown keys ignored, numbers kept in their JSON form) are :mod:`peerd.control.jsoncodec`'s.
 
 This module is pure and light (``peerd status`` imports it without torch or libp2p): it must
 not import the daemon, the transport or the node state. :mod:`peerd.control.snapshot` builds a
@@ -20,30 +18,17 @@ not import the daemon, the transport or the node state. :mod:`peerd.control.snap
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import types
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
+# Re-exported: the status module is where callers have always found them.
+from peerd.control.jsoncodec import Codec, what
+from peerd.control.jsoncodec import StatusError as StatusError
+from peerd.control.jsoncodec import finite as finite
 from peerd.node.peers import PeerSource
 
 Staleness = Literal["time", "rounds"]
-
-
-class StatusError(ValueError):
-    """A status (or peers) document that does not have the schema's shape."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("malformed status: " + "; ".join(problems))
-        self.problems = problems
-
-
-def finite(x: float | None) -> float | None:
-    """``x``, or None when it is missing, NaN or infinite (how an optional number is shown)."""
-    return None if x is None or not math.isfinite(x) else x
 
 
 # ---------------------------------------------------------------------------- the schema
@@ -373,157 +358,36 @@ class Flags:
 
 # ---------------------------------------------------------------------------- the codec
 
-T = TypeVar("T")
-#: Decodes one JSON value found at a path; appends problems and returns _BAD on a bad shape.
-_Decoder = Callable[[Any, str, list[str]], Any]
-_Encoder = Callable[[Any], Any]
-_BAD = object()
-
-
-def _what(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-             type(None): "null"}
-    return names.get(type(value), "a number" if isinstance(value, int | float) else "?")
-
-
-def _scalar(check: Callable[[Any], bool], expected: str) -> _Decoder:
-    def decode(value: Any, where: str, problems: list[str]) -> Any:
-        if check(value):
-            return value
-        problems.append(f"{where}: expected {expected}, got {_what(value)}")
-        return _BAD
-    return decode
-
-
-_SCALARS: dict[Any, _Decoder] = {
-    # bool is an int to Python, never to the schema.
-    int: _scalar(lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    # Kept as parsed (an int stays an int) so that re-encoding gives back the same bytes.
-    float: _scalar(lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
-    str: _scalar(lambda v: isinstance(v, str), "a string"),
-    bool: _scalar(lambda v: isinstance(v, bool), "a boolean"),
-}
-
-
-def _codec(tp: Any) -> tuple[_Decoder, _Encoder]:
-    """The decoder and encoder of one annotated type (the forms the schema above uses)."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp in _SCALARS:
-        return _SCALARS[tp], lambda v: v
-    if origin is types.UnionType and type(None) in args:
-        (inner,) = [a for a in args if a is not type(None)]
-        dec, enc = _codec(inner)
-
-        def opt(value: Any, where: str, problems: list[str]) -> Any:
-            return None if value is None else dec(value, where, problems)
-
-        if inner is float:
-            return opt, finite
-        return opt, lambda v: None if v is None else enc(v)
-    if origin is Literal:
-        return _scalar(lambda v: any(v == a and type(v) is type(a) for a in args),
-                       " or ".join(map(repr, args))), lambda v: v
-    if origin is tuple:
-        dec, enc = _codec(args[0])
-
-        def seq(value: Any, where: str, problems: list[str]) -> Any:
-            if not isinstance(value, list):
-                problems.append(f"{where}: expected a list, got {_what(value)}")
-                return _BAD
-            items = [dec(v, f"{where}[{i}]", problems) for i, v in enumerate(value)]
-            return _BAD if _BAD in items else tuple(items)
-
-        return seq, lambda v: [enc(x) for x in v]
-    if origin is Mapping:
-        dec, enc = _codec(args[1])
-
-        def obj(value: Any, where: str, problems: list[str]) -> Any:
-            if not isinstance(value, dict):
-                problems.append(f"{where}: expected an object, got {_what(value)}")
-                return _BAD
-            items = {k: dec(v, f"{where}.{k}", problems) for k, v in value.items()}
-            return _BAD if _BAD in items.values() else items
-
-        return obj, lambda v: {k: enc(x) for k, x in v.items()}
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _record(tp)
-    raise TypeError(f"no JSON codec for {tp!r}")
-
-
-def _record(cls: type[Any]) -> tuple[_Decoder, _Encoder]:
-    hints = typing.get_type_hints(cls)
-    fields = [(f.name, *_codec(hints[f.name])) for f in dataclasses.fields(cls)]
-
-    def decode(value: Any, where: str, problems: list[str]) -> Any:
-        if not isinstance(value, dict):
-            problems.append(f"{where or 'status'}: expected an object, got {_what(value)}")
-            return _BAD
-        out: dict[str, Any] = {}
-        for name, dec, _ in fields:
-            at = f"{where}.{name}" if where else name
-            if name not in value:
-                problems.append(f"{at}: missing")
-            else:
-                out[name] = dec(value[name], at, problems)
-        if len(out) < len(fields) or _BAD in out.values():
-            return _BAD
-        return cls(**out)
-
-    def encode(value: Any) -> dict[str, Any]:
-        return {name: enc(getattr(value, name)) for name, _, enc in fields}
-
-    return decode, encode
-
-
-_CODECS: dict[type[Any], tuple[_Decoder, _Encoder]] = {
-    cls: _record(cls) for cls in (Status, OfflineStatus, PeerRow, Flags)
-}
-
-
-def _decode(cls: type[T], obj: Any) -> T:
-    problems: list[str] = []
-    value = _CODECS[cls][0](obj, "", problems)
-    if problems:
-        raise StatusError(problems)
-    assert isinstance(value, cls)
-    return value
+_STATUS, _OFFLINE, _PEER, _FLAGS = Codec(Status), Codec(OfflineStatus), Codec(PeerRow), Codec(Flags)
 
 
 def to_json(status: Status | OfflineStatus) -> dict[str, Any]:
     """The JSON object of a status (plain dicts, lists and scalars, in schema order)."""
-    encoded: dict[str, Any] = _CODECS[type(status)][1](status)
-    return encoded
+    return _STATUS.to_json(status) if isinstance(status, Status) else _OFFLINE.to_json(status)
 
 
 def from_json(obj: Any) -> Status:
     """A :class:`Status` from parsed JSON; :class:`StatusError` lists every shape problem."""
-    return _decode(Status, obj)
+    return _STATUS.from_json(obj)
 
 
 def peers_to_json(peers: tuple[PeerRow, ...]) -> dict[str, Any]:
     """The control API's ``peers`` result: ``{"peers": [...]}``."""
-    encode = _CODECS[PeerRow][1]
-    return {"peers": [encode(p) for p in peers]}
+    return {"peers": [_PEER.to_json(p) for p in peers]}
 
 
 def peers_from_json(obj: Any) -> tuple[PeerRow, ...]:
     """The rows of a ``peers`` result; :class:`StatusError` on a wrong shape."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("peers"), list):
-        raise StatusError([f"peers: expected an object holding a list, got {_what(obj)}"])
-    problems: list[str] = []
-    decode = _CODECS[PeerRow][0]
-    rows = [decode(p, f"peers[{i}]", problems) for i, p in enumerate(obj["peers"])]
-    if problems:
-        raise StatusError(problems)
-    return tuple(rows)
+    if not isinstance(obj, dict):
+        raise StatusError([f"peers: expected an object holding a list, got {what(obj)}"])
+    return _PEER.many_from_json(obj.get("peers"), "peers")
 
 
 def flags_to_json(flags: Flags) -> dict[str, Any]:
     """The JSON object of a :class:`Flags` (``{"running", "flagged", "cleared"}``)."""
-    encoded: dict[str, Any] = _CODECS[Flags][1](flags)
-    return encoded
+    return _FLAGS.to_json(flags)
 
 
 def flags_from_json(obj: Any) -> Flags:
     """A :class:`Flags` from parsed JSON; :class:`StatusError` on a wrong shape."""
-    return _decode(Flags, obj)
+    return _FLAGS.from_json(obj)
