@@ -204,13 +204,26 @@ def _watch(mesh: list[MeshNode], rounds: int, console: Console,
                 best, last_progress = sum(done), now
             if len(done) == len(mesh) and min(done) >= rounds:
                 return statuses
-            dead = failures(mesh)
-            if dead:
-                raise MeshFailedError(f"{len(dead)} of {len(mesh)} daemons exited")
+            if failures(mesh):
+                _let_the_others_die(mesh)
+                raise MeshFailedError(f"{len(failures(mesh))} of {len(mesh)} daemons exited")
             limit = STARTUP_TIMEOUT_S if best == 0 else STALL_TIMEOUT_S
             if now - last_progress > limit:
                 raise MeshFailedError(f"no round finished for {limit:.0f} s")
             time.sleep(1.0)
+
+
+#: After the first daemon exits, how long the others get to exit too before the report.
+DEATH_GRACE_S = 2.0
+
+
+def _let_the_others_die(mesh: list[MeshNode]) -> None:
+    """Daemons failing of one cause (a broken install, a port range in use) exit moments
+    apart: waiting a little for the rest, while any is still alive, lets the report name
+    every one of them rather than the fastest, and so show that the cause is shared."""
+    deadline = time.monotonic() + DEATH_GRACE_S
+    while time.monotonic() < deadline and any(n.alive() for n in mesh):
+        time.sleep(0.1)
 
 
 def _run_inprocess(nodes: int, rounds: int, as_json: bool, console: Console,
