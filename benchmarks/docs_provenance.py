@@ -23,7 +23,6 @@ NO_PROVENANCE: frozenset[str] = frozenset({
     "docs/reproduction/daemon-start.json",
     "docs/reproduction/gossip/gossip.json",
     "docs/reproduction/ray/ray.json",
-    "docs/robustness/*.json",
     "docs/reliability/soak-30min-*.json",  # the kept older runs (soak-30min.json has one)
     "docs/reliability/soak-targeted-*.json",
     "docs/reproduction/cordial-pairwise10-n*.json",

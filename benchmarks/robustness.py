@@ -106,6 +106,7 @@ def table(out: Path, attacks: Sequence[str], fractions: Sequence[float], rules: 
         note = "" if len(accs) == len(seeds) else f" (n={len(accs)})"
         return f"{statistics.fmean(accs):.1f} ± {sd:.1f}{note}"
 
+    found = sorted(out.glob("*.json"))
     lines = ["| attack | attackers | " + " | ".join(cols) + " |",
              "|---|---|" + "---|" * len(cols)]
     lines.append("| none (reference) | 0 % | " + " | ".join(cell("none", 0.0, r) for r in cols)
@@ -117,7 +118,33 @@ def table(out: Path, attacks: Sequence[str], fractions: Sequence[float], rules: 
             if all(c in ("—", "·") for c in row):
                 continue  # not in this (reduced) grid
             lines.append(f"| {attack} | {round(f * 100)} % | " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + provenance([json.loads(p.read_text()) for p in found])
+
+
+def provenance(docs: Sequence[dict[str, Any]]) -> str:
+    """Markdown lines: per invocation of the sweep that ran these runs (its commit, command
+    and machine), how many runs and their own wall times; runs that recorded none, counted."""
+    groups: dict[tuple[str, bool, str], list[dict[str, Any]]] = {}
+    bare = 0
+    for doc in docs:
+        rec = doc.get("provenance")
+        if rec is None:
+            bare += 1
+            continue
+        groups.setdefault((rec["commit"], rec["dirty"], rec["command_line"]), []).append(doc)
+    out = []
+    for (commit, dirty, command), runs in groups.items():
+        rec, walls = runs[0]["provenance"], [r["wall_seconds"] for r in runs]
+        m = rec["machine"]
+        out.append(
+            f"Provenance: {len(runs)} runs, commit `{commit[:12]}` "
+            f"({'dirty' if dirty else 'clean'}), `{command}`; {m['cpu']}, {m['cores']} "
+            f"cores, torch {m['torch_threads']} thread(s) a worker; started {rec['date']}. "
+            f"The runs' own wall times: {sum(walls):,.0f} s in all, "
+            f"{min(walls):.1f}–{max(walls):.1f} s, median {statistics.median(walls):.1f} s.")
+    if bare:
+        out.append(f"{bare} runs record no provenance (measured before the sweep wrote it).")
+    return "\n\n".join(out) + "\n"
 
 
 def write_table(doc: Path, text: str) -> None:
