@@ -7,6 +7,7 @@ namespaces from ``tests.net.netns`` (mDNS on, confined to the namespaces).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -104,19 +105,40 @@ def _toml(value: object) -> str:
     return repr(value)
 
 
-def make_fleet(root: Path, n: int, *, hosts: list[Any] | None = None) -> list[Daemon]:
-    """n members of one fresh fleet (``root/fleet``): keys, a signed manifest admitting all,
-    state dirs ``root/node<i>``."""
-    from peerd.store.fleetdir import create_with_nodes
+#: Run in an exported older tree: its own fleet, in its own manifest format.
+_FLEET_IN_SOURCE = """
+import json, sys
+from pathlib import Path
+from peerd.store.fleetdir import create_with_nodes
+fleet, ids = create_with_nodes(Path(sys.argv[1]), [Path(d) for d in sys.argv[2:]])
+print(json.dumps({"fleet": fleet.config_section(), "ids": ids}))
+"""
 
+
+def make_fleet(root: Path, n: int, *, hosts: list[Any] | None = None,
+               source: Path = REPO) -> list[Daemon]:
+    """n members of one fresh fleet (``root/fleet``): keys, a signed manifest admitting all,
+    state dirs ``root/node<i>``, for daemons run from ``source``. An older tree's fleet is
+    made by that tree's code: a manifest format can grow (a field per member), and an older
+    daemon refuses a manifest of a newer one."""
     dirs = [root / f"node{i}" for i in range(n)]
-    fleet, ids = create_with_nodes(root / "fleet", dirs)
+    if source == REPO:
+        from peerd.store.fleetdir import create_with_nodes
+
+        made, ids = create_with_nodes(root / "fleet", dirs)
+        section = made.config_section()
+    else:  # `python -c` in the tree puts it first on sys.path, as Daemon.start's `-m` does
+        out = subprocess.run([sys.executable, "-c", _FLEET_IN_SOURCE, str(root / "fleet"),
+                              *map(str, dirs)], cwd=source, capture_output=True, text=True,
+                             check=True, timeout=120)
+        made_there = json.loads(out.stdout.splitlines()[-1])
+        section, ids = made_there["fleet"], made_there["ids"]
     daemons = []
     for i, (d, node_id) in enumerate(zip(dirs, ids, strict=True)):
         host = hosts[i] if hosts else None
         daemons.append(Daemon(f"node{i}", d, node_id, free_port() if host is None
                               else 4011, host.address if host else "127.0.0.1", host,
-                              fleet=fleet.config_section()))
+                              fleet=section, source=source))
     return daemons
 
 

@@ -12,7 +12,6 @@ imported by peerd.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import os
@@ -95,8 +94,7 @@ def ready_seen(sock: socket.socket) -> float | None:
 def _ready_once(root: Path, source: Path) -> tuple[float, float]:
     """One fresh node on loopback (mDNS off, task digits): wall seconds from launch to
     READY=1, and the CPU seconds it had used when READY=1 was read."""
-    (d,) = make_fleet(root, 1)
-    node = dataclasses.replace(d, source=source)
+    (node,) = make_fleet(root, 1, source=source)
     write_config(node, static=[], mdns=False, learning=LEARNING, task={"name": "digits"})
     with running([node]), notify_socket(root / "notify") as sock:
         node.start({"NOTIFY_SOCKET": str(root / "notify")})
@@ -120,8 +118,7 @@ def _mesh_once(root: Path, source: Path) -> list[dict[str, float | None]]:
 
     with ExitStack() as stack:
         hosts = stack.enter_context(netns_lan(2))
-        nodes = [dataclasses.replace(d, source=source)
-                 for d in make_fleet(root, 2, hosts=hosts)]
+        nodes = make_fleet(root, 2, hosts=hosts, source=source)
         socks = []
         for i, d in enumerate(nodes):
             write_config(d, static=[], mdns=True, learning=LEARNING,

@@ -85,12 +85,14 @@ def child_imports() -> None:
         for name in modules:
             importlib.import_module(name)
         rows.append({"step": label, **_status()})
-    from peerd.cli.app import main
+    # The typer app, not the console entry point: that one ends the process (os._exit,
+    # peerd.cli.fastexit) where this child still has readings to print.
+    from peerd.cli.app import app
 
     missing = Path(tempfile.gettempdir()) / f"peerd-bench-rss-{os.getpid()}-missing.toml"
     sys.argv = ["peerd", "run", "--config", str(missing)]
     with contextlib.suppress(SystemExit):
-        main()  # parses the arguments, then fails to read the config: exit 2
+        app()  # parses the arguments, then fails to read the config: exit 2
     rows.append({"step": PARSE_STEP, **_status()})
     print(json.dumps({"rows": rows, "smaps": smaps_breakdown(os.getpid())}))
 
