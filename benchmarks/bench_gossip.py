@@ -199,25 +199,29 @@ def main(argv: list[str] | None = None) -> None:
     rows = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    record = started.record()
     (args.out / "gossip.json").write_text(json.dumps(
         {"machine": machine(), "settings": settings, "runs": rows,
-         "provenance": started.record()}, separators=(",", ":")))
+         "provenance": record}, separators=(",", ":")))
     plot(rows, args.out / "gossip.png")
     print(table(rows))
     if not args.no_write:
-        write_section("gossip", section(rows, args))
+        write_section("gossip", section(rows, args, record=record))
 
 
 def section(rows: list[dict[str, Any]], args: argparse.Namespace,
-            machine_text: str | None = None) -> str:
+            machine_text: str | None = None, record: dict[str, Any] | None = None) -> str:
     """The doc's section; ``machine_text``: the machine a saved run recorded (default: this
-    one, for a fresh run)."""
+    one, for a fresh run); ``record``: its provenance, named in place of a command rebuilt
+    from the settings (runs before provenance have none)."""
     nodes = ",".join(str(n) for n in args.nodes)
+    ran = (_provenance.line(record) if record is not None else f"""Command: `nice -n 10 \
+.venv/bin/python -m benchmarks.bench_gossip --nodes {nodes} --fanout {args.fanout} --loss \
+{args.loss} --churn {args.churn} --latency {args.latency} --probes {args.probes} --seed \
+{args.seed}` on {machine_text or machine()}.""")
     return f"""## Gossip at scale: spread and per-node cost against N
 
-Command: `nice -n 10 .venv/bin/python -m benchmarks.bench_gossip --nodes {nodes} --fanout \
-{args.fanout} --loss {args.loss} --churn {args.churn} --latency {args.latency} --probes \
-{args.probes} --seed {args.seed}` on {machine_text or machine()}. Outputs: `docs/reproduction/gossip/gossip.json`, \
+{ran} Outputs: `docs/reproduction/gossip/gossip.json`, \
 ![gossip](reproduction/gossip/gossip.png)
 
 The simulator (`peerd.sim.gossipsim`) runs the real `NodeState`, `run_session`, `PeerTable` \

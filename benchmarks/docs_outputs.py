@@ -98,8 +98,11 @@ PAPER_MESSAGES_REMOVED = {2: "0.76", 4: "0.684", 6: "0.651"}
 def cordial_pairwise10() -> str:
     """docs/reproduction.md, "Pairwise-10 composite MNIST (§6.2.1), P = 25"."""
     rows = []
+    records = []
     for n in (2, 4, 6):
         data = _json(OUTPUTS / f"cordial-pairwise10-n{n}.json")
+        if "provenance" in data:
+            records.append(f"N = {n}: " + _provenance(data))
         epochs = data["settings"]["epochs"]
         for c in data["configs"]:
             cordial = c["method"] == "cordial"
@@ -109,9 +112,10 @@ def cordial_pairwise10() -> str:
                          removed, f"{c['paper_median_test_loss']:g}",
                          f"{c['paper_median_test_accuracy']:.3f}",
                          PAPER_MESSAGES_REMOVED[n] if cordial else "–"])
-    return _table(["N", "method", "runs", "epochs", "median test loss / agent",
-                   "median accuracy", "messages removed", "paper loss (2,250 epochs, 30 runs)",
-                   "paper accuracy", "paper messages removed"], rows)
+    table = _table(["N", "method", "runs", "epochs", "median test loss / agent",
+                    "median accuracy", "messages removed", "paper loss (2,250 epochs, 30 runs)",
+                    "paper accuracy", "paper messages removed"], rows)
+    return "\n\n".join([table, *records])
 
 
 # ------------------------------------------------------------- cordial daemons (docs/tasks.md)

@@ -19,13 +19,8 @@ from benchmarks.docs_tables import ROOT, DocTable
 
 #: Outputs measured before their tool recorded its provenance; each needs a re-run.
 NO_PROVENANCE: frozenset[str] = frozenset({
-    "docs/reproduction/daemon-rss.json",
-    "docs/reproduction/daemon-start.json",
-    "docs/reproduction/gossip/gossip.json",
-    "docs/reproduction/ray/ray.json",
     "docs/reliability/soak-30min-*.json",  # the kept older runs (soak-30min.json has one)
     "docs/reliability/soak-targeted-*.json",
-    "docs/reproduction/cordial-pairwise10-n*.json",
     "docs/results/cordial-mesh/integration-runs.txt",  # printed lines of pytest -s
 })
 

@@ -118,7 +118,8 @@ def _gossip() -> str:
     from benchmarks.bench_gossip import section
 
     g = _json(OUTPUTS / "gossip" / "gossip.json")
-    return section(g["runs"], argparse.Namespace(**g["settings"]), g["machine"])
+    return section(g["runs"], argparse.Namespace(**g["settings"]), g["machine"],
+                   g.get("provenance"))
 
 
 def _ray() -> str:
