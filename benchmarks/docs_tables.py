@@ -302,6 +302,8 @@ def _outputs() -> list[DocTable]:
                  do.cordial_linear),
         DocTable(REPRODUCTION, "bench", "cordial-pairwise10",
                  f"{rep}/cordial-pairwise10-n*.json", do.cordial_pairwise10),
+        DocTable(REPRODUCTION, "bench", "cordial-pairwise10-full",
+                 f"{rep}/cordial-pairwise10-full-n*.json", do.cordial_pairwise10_full),
         DocTable(tasks, "bench", "cordial-mesh-mnist", f"{res}/[ci]*-n4-r100.json",
                  lambda: do.cordial_mesh("")),
         DocTable(tasks, "bench", "cordial-mesh-digits", f"{res}/digits-*-n4-r100.json",
