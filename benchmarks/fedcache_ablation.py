@@ -11,11 +11,21 @@ docs/reproduction.md's table is rendered from them
 (:func:`benchmarks.reproduce_fedcache.ablation`).
 
     python -m benchmarks.fedcache_ablation --rounds 12 --seeds 0 --variants eq18
+
+The same runs to convergence (issue 28): ``--plateau W,GAIN`` ends a run at the first round
+where the best mean client accuracy of the last W rounds beats every earlier round's by less
+than GAIN (:func:`peerd.sim.maua.plateau_round`), ``--rounds`` then being the cap; the JSON
+records the rule and where it fired (``stop``). ``--dataset`` and ``--models`` give the other
+settings (``mixed``: small / medium / large by client index mod 3).
+
+    python -m benchmarks.fedcache_ablation --rounds 200 --plateau 20,0.002 --seeds 0 \
+        --variants code --out docs/reproduction/fedcache-converged/fashion-mnist-large
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -35,6 +45,23 @@ VARIANTS: tuple[tuple[str, str, DistillForm, float], ...] = (
     ("isolated", "isolated", "eq18", 3.0), ("eq18-t1", "fedcache", "eq18", 1.0))
 
 
+class _Converged(Exception):  # noqa: N818 (not an error: the run's normal end)
+    """Raised out of the checkpoint to end a run the plateau rule calls converged."""
+
+
+def _parse_plateau(ap: argparse.ArgumentParser, text: str) -> tuple[int, float] | None:
+    if not text:
+        return None
+    try:
+        window, gain = text.split(",")
+        parsed = int(window), float(gain)
+    except ValueError:
+        ap.error(f"--plateau wants W,GAIN (e.g. 20,0.002), got {text!r}")
+    if parsed[0] < 1 or not 0 < parsed[1] < 1:
+        ap.error(f"--plateau wants W >= 1 and 0 < GAIN < 1, got {text!r}")
+    return parsed
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=12)
@@ -44,16 +71,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--variants", default="eq18,code,isolated,eq18-t1",
                     help="comma list of " + ", ".join(v[0] for v in VARIANTS))
+    ap.add_argument("--dataset", default="fashion-mnist", choices=("fashion-mnist", "mnist"))
+    ap.add_argument("--models", default="large", choices=("large", "mixed"))
+    ap.add_argument("--plateau", default="",
+                    help="W,GAIN: stop when the last W rounds gain < GAIN over the best before")
     ap.add_argument("--out", type=Path, default=OUT, help="folder")
     args = ap.parse_args(argv)
+    plateau = _parse_plateau(ap, args.plateau)
     started = _provenance.start(ap, args)
     import torch
 
     from peerd.sim.knowledge import KnowledgeResult, KnowledgeSimConfig, run_knowledge
+    from peerd.sim.maua import plateau_round
 
     torch.set_num_threads(args.threads)
-    base = KnowledgeSimConfig(dataset="fashion-mnist", agents=args.agents, rounds=args.rounds,
-                              dirichlet=1.0, models="large", lr=0.01, batch_size=8, beta=1.5,
+    base = KnowledgeSimConfig(dataset=args.dataset, agents=args.agents, rounds=args.rounds,
+                              dirichlet=1.0, models=args.models, lr=0.01, batch_size=8, beta=1.5,
                               temperature=3.0, r=16, key_dim=64,
                               targets=tuple(float(t) for t in args.targets.split(",")))
     wanted = args.variants.split(",")
@@ -67,14 +100,25 @@ def main(argv: list[str] | None = None) -> None:
             config = replace(base, seed=seed, algorithms=(alg,), distill_form=form,
                              temperature=temperature)
 
-            def checkpoint(result: KnowledgeResult, target: Path = target) -> None:
-                # Written whole and renamed: a run killed mid-write keeps its last round.
+            def checkpoint(result: KnowledgeResult, target: Path = target, alg: str = alg
+                           ) -> None:
                 doc: dict[str, Any] = {**result.summary(), "provenance": started.record()}
+                fired = (None if plateau is None
+                         else plateau_round(result.curves[alg], *plateau))
+                if plateau is not None:
+                    doc["stop"] = {"rule": "plateau", "window": plateau[0],
+                                   "min_gain": plateau[1], "round": fired,
+                                   "cap": args.rounds}
+                # Written whole and renamed: a run killed mid-write keeps its last round.
                 tmp = target.with_suffix(".json.tmp")
                 tmp.write_text(json.dumps(doc, indent=1) + "\n")
                 tmp.replace(target)
+                if fired is not None:
+                    raise _Converged
 
-            run_knowledge(config, checkpoint=checkpoint)
+            # The JSON the checkpoint wrote holds the run up to the round the rule fired.
+            with contextlib.suppress(_Converged):
+                run_knowledge(config, checkpoint=checkpoint)
 
 
 if __name__ == "__main__":

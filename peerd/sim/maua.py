@@ -76,3 +76,21 @@ def acc_at(curve: Sequence[Sequence[float]], target: float) -> dict[str, int] | 
         if float(row[1]) >= target:
             return {"round": int(row[0]), "bytes": int(row[3])}
     return None
+
+
+def plateau_round(curve: Sequence[Sequence[float]], window: int, min_gain: float
+                  ) -> int | None:
+    """The first round at which a run counts as converged, by a rule stated before the run:
+    the best mean client accuracy of the last ``window`` evaluated rows beats the best of
+    every row before them by less than ``min_gain`` (a fraction: 0.002 is 0.2 points).
+    None if the curve has not plateaued (or has no more than ``window`` rows).
+
+    On the best, not on the last value, so that one noisy round neither stops a run that
+    is still climbing nor keeps alive one that is not; the same quantity MAUA maximises."""
+    if window < 1:
+        raise ValueError(f"need window >= 1, got {window}")
+    means = [float(r[1]) for r in curve]
+    for end in range(window + 1, len(means) + 1):
+        if max(means[end - window:end]) - max(means[:end - window]) < min_gain:
+            return int(curve[end - 1][0])
+    return None

@@ -8,7 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from peerd.sim.maua import maua, maua_from_curve, mean_of_client_best, round_means
+from peerd.sim.maua import (
+    maua,
+    maua_from_curve,
+    mean_of_client_best,
+    plateau_round,
+    round_means,
+)
 
 NAN = math.nan
 
@@ -73,3 +79,29 @@ def test_matrices_with_nothing_to_average_are_refused() -> None:
         maua([[NAN, NAN]])
     with pytest.raises(ValueError, match="no client tested"):
         mean_of_client_best([[NAN], [NAN]])
+
+
+def _curve(means: list[float]) -> list[tuple[int, float, float, int]]:
+    return [(r + 1, m, m, 0) for r, m in enumerate(means)]
+
+
+def test_plateau_fires_at_the_first_round_whose_window_gains_too_little() -> None:
+    # Gains of 0.05, 0.03, 0.01, then 0.001 a round: with window 2 and a 0.005 floor the
+    # rows 5-6 (0.091, 0.092) beat row 4's 0.09 by only 0.002.
+    means = [0.0, 0.05, 0.08, 0.09, 0.091, 0.092, 0.5]
+    assert plateau_round(_curve(means), 2, 0.005) == 6
+    # A larger window sees row 3's jump: it fires later, on the flat tail only.
+    assert plateau_round(_curve(means[:6]), 3, 0.005) is None
+
+
+def test_plateau_is_on_the_best_so_a_noisy_dip_or_spike_does_not_decide() -> None:
+    climbing = [0.1, 0.2, 0.15, 0.3, 0.25, 0.4]  # dips every other round, still climbing
+    assert plateau_round(_curve(climbing), 2, 0.01) is None
+    spiked = [0.1, 0.5, 0.2, 0.2, 0.2]  # one lucky round early, nothing since
+    assert plateau_round(_curve(spiked), 2, 0.01) == 4
+
+
+def test_plateau_needs_more_rows_than_its_window_and_a_window() -> None:
+    assert plateau_round(_curve([0.5, 0.5]), 2, 0.01) is None
+    with pytest.raises(ValueError, match="window"):
+        plateau_round(_curve([0.5, 0.5]), 0, 0.01)
