@@ -99,7 +99,8 @@ def sim(
     attackers: Annotated[float, Opt(help="Fraction of agents that attack, in [0, 1) "
                                          "\\[fraction of N] (a seeded subset).")] = 0.0,
     algorithms: Annotated[str, Opt(help="Comma list of cached-dfl, dfl, fedavg, isolated; "
-                                        "or fedcache[,isolated,cached-dfl] (knowledge runs: "
+                                        "or fedcache[,fedcache-mobility,isolated,cached-dfl] "
+                                        "(knowledge runs: "
                                         "the daemon's \\[learning] mode = \"knowledge\").")] = (
         "cached-dfl,dfl,fedavg"
     ),
@@ -199,12 +200,13 @@ def sim(
     from peerd.cli.provenance import started
 
     names = tuple(a.strip() for a in algorithms.split(",") if a.strip())
+    knowledge = any(n.startswith("fedcache") for n in names)  # fedcache, fedcache-mobility
     # Recorded as resolved: the new spellings, and a knowledge run's model by its name.
     run_started = started(ctx, round_interval_s=round_interval_s,
-                          model=fedcache_model if "fedcache" in names else model)
-    _check_engine(engine, address, workers, knowledge="fedcache" in names)
+                          model=fedcache_model if knowledge else model)
+    _check_engine(engine, address, workers, knowledge=knowledge)
     cap = _capacity(capacity, agents)
-    if "fedcache" in names:
+    if knowledge:
         from peerd.sim.knowledge import knowledge_cli
 
         if blend.strip() != "weighted":

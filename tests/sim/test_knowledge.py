@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from peerd.learn.data import load_dataset, partition
-from peerd.sim import knowledge
+from peerd.sim import knowledge_data
 from peerd.sim.fedcache_forms import DEFAULT_FORMS, OLD_FORMS, PAPER_FORMS, describe, forms_of
 from peerd.sim.knowledge import (
     F16,
@@ -73,13 +73,13 @@ def test_maua_is_the_best_rounds_mean_accuracy(result_summary: dict[str, Any]) -
 
 def test_a_client_without_test_images_is_left_out_of_the_metrics(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    real = knowledge.client_test_split
+    real = knowledge_data.client_test_split
 
     def without_client_0(*args: Any) -> list[np.ndarray]:
         tests = real(*args)
         return [np.zeros(0, np.int64), *tests[1:]]
 
-    monkeypatch.setattr(knowledge, "client_test_split", without_client_0)
+    monkeypatch.setattr(knowledge_data, "client_test_split", without_client_0)
     config = replace(CONFIG, agents=3, rounds=2, algorithms=("fedcache", "cached-dfl"))
     summary = run_knowledge(config).summary()
     for alg in config.algorithms:
