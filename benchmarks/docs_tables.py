@@ -6,7 +6,7 @@ is rendered from, and its renderer: the same function the benchmark that measure
 the block with, so a rerun and a re-render cannot disagree. ``tests/docs/test_docs_tables.py``
 re-renders all of them and diffs each against the doc, so a number copied or edited by hand
 fails; it also fails on a marked block nobody registered, and on a number-bearing Markdown
-table outside every registered block unless :data:`UNCOVERED` lists its section (the known
+table outside every registered block unless :data:`benchmarks.docs_scan.UNCOVERED` lists its section (the known
 debt of issue 28: sections still written straight into the doc, with no committed output).
 
     .venv/bin/python -m benchmarks.docs_tables            # diff every table (exit 1 if any differ)
@@ -23,12 +23,13 @@ import argparse
 import difflib
 import itertools
 import json
-import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmarks.docs_scan import REFERENCE, UNCOVERED, unmarked_numeric_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -378,93 +379,11 @@ UNREGISTERED_SECTIONS: frozenset[tuple[str, str]] = frozenset({
     ("docs/benchmarks.md", "robust"),
 })
 
-#: Unmarked sections with *measured* numbers in a table, copied into the doc by hand or by a
-#: script's printout (issue 28's debt). ``(doc, heading)``: the nearest heading above.
-UNCOVERED: frozenset[tuple[str, str]] = frozenset({
-})
-
-#: Unmarked tables whose numbers are reference, not measurement (config defaults, limits,
-#: protocol fields, what a test or fault does): nothing to render.
-REFERENCE: frozenset[tuple[str, str]] = frozenset({
-    ("docs/integration.md", "The harness"), ("docs/integration.md", "Scenarios"),
-    ("docs/learners.md", "What is refused"),
-    ("docs/operations.md", "`[node]`"), ("docs/operations.md", "`[network]`"),
-    ("docs/operations.md", "`[learning]`"), ("docs/operations.md", "`[learning.knowledge]`"),
-    ("docs/operations.md", "`[learning.cordial]`"), ("docs/operations.md", "`[learning.fedbss]`"),
-    ("docs/operations.md", "`[validation]`"), ("docs/operations.md", "`[task]`"),
-    ("docs/operations.md", "Taking the model out: `peerd export`"),
-    ("docs/protocol.md", "Fleet membership"), ("docs/protocol.md", "Messages"),
-    ("docs/protocol.md", "Entry body (msgpack map inside `body`)"),
-    ("docs/protocol.md", "Admission (`admit_entry`)"),
-    ("docs/protocol.md", "Typed entries: knowledge and keys (FedCache without a server)"),
-    ("docs/protocol.md", "Address records"),
-    ("docs/protocol.md", "Compact encodings (`[fleet] entry_encoding`, issue 27)"),
-    ("docs/operations.md", "`[fleet]`"),
-    ("docs/reliability.md", "What runs"), ("docs/robustness.md", "What ran"),
-    ("docs/transport.md", "py-libp2p 0.8.1 defects, and how `transport.py` handles them"),
-    ("docs/transport.md", "Slow, lossy links in the namespace WAN"),  # what wan.py configures
-})
-
-
 def unregistered() -> frozenset[tuple[str, str]]:
     """:data:`UNREGISTERED_SECTIONS` less those whose readings are committed by now."""
     done = {("docs/benchmarks.md", n) for n, (_, path) in PENDING_READINGS.items()
             if path.exists()}
     return UNREGISTERED_SECTIONS - done
-
-
-MARKED = re.compile(r"<!-- (bench:([a-z0-9-]+)|reproduce:table ([a-z0-9-]+)|"
-                    r"robustness-table:start) -->")
-
-
-def marked_blocks(doc: Path) -> list[str]:
-    """The names of the blocks ``doc`` marks (any kind)."""
-    out = []
-    for m in MARKED.finditer(doc.read_text()):
-        out.append(m.group(2) or m.group(3) or "robustness-table")
-    return out
-
-
-def _spans(text: str) -> list[tuple[int, int]]:
-    """Character spans of every marked block of ``text`` (markers included)."""
-    spans = []
-    for m in MARKED.finditer(text):
-        if m.group(2):
-            end = text.find(f"<!-- /bench:{m.group(2)} -->", m.end())
-        elif m.group(3):
-            end = text.find("<!-- /reproduce -->", m.end())
-        else:
-            end = text.find("<!-- robustness-table:end -->", m.end())
-        spans.append((m.start(), len(text) if end < 0 else end))
-    return spans
-
-
-NUMBER = re.compile(r"\d+\.\d+|\d+(?:,\d{3})+|\b\d{2,}\b")
-
-
-def unmarked_numeric_tables(doc: Path) -> Iterator[tuple[str, str]]:
-    """``(heading, row)`` for every Markdown table row with a number outside every marked
-    block of ``doc`` (fenced code is skipped: commands and config, not results)."""
-    text = doc.read_text()
-    spans = _spans(text)
-    heading, pos, fenced = "(top)", 0, False
-    for line in text.splitlines(keepends=True):
-        start, pos = pos, pos + len(line)
-        stripped = line.strip()
-        if stripped.startswith("```"):
-            fenced = not fenced
-            continue
-        if fenced:
-            continue
-        if line.startswith("#"):
-            heading = stripped.lstrip("#").strip()
-            continue
-        if not stripped.startswith("|") or re.fullmatch(r"[|\s:-]+", stripped):
-            continue
-        if any(a <= start < b for a, b in spans):
-            continue
-        if NUMBER.search(stripped):
-            yield heading, stripped
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,9 +28,16 @@ CONVERGED = ROOT / "docs" / "reproduction" / "fedcache-converged"
 SETTINGS = (("fashion-mnist-large", "FashionMNIST, homogeneous (large)", "77.71 %, 0.08 G"),
             ("fashion-mnist-mixed", "FashionMNIST, mixed (small/medium/large)",
              "77.26 %, 0.08 G"),
+            ("mnist-large", "MNIST, homogeneous (large)",
+             "– (Table 5 leaves FedCache's MNIST row blank)"),
             ("mnist-mixed", "MNIST, mixed (small/medium/large)", "83.94 %, 0.10 G"))
-#: The runs' variants: (file stem prefix, the algorithm its curves are under).
-METHODS = (("code", "fedcache"), ("mobility", "fedcache-mobility"), ("isolated", "isolated"))
+#: The runs' variants: (file stem prefix, the algorithm its curves are under, row label).
+METHODS = (("code", "fedcache", "fedcache"),
+           ("eq18-t1", "fedcache", "fedcache, eq. 18 at T = 1"),
+           ("mobility", "fedcache-mobility", "fedcache-mobility"),
+           ("isolated", "isolated", "isolated"))
+ALG = {variant: alg for variant, alg, _ in METHODS}
+LABEL = {variant: label for variant, _, label in METHODS}
 #: acc@ targets (fractions of mean client accuracy).
 TARGETS = (0.7, 0.75)
 
@@ -44,7 +51,7 @@ class Run:
 
     @property
     def alg(self) -> str:
-        return dict(METHODS)[self.variant]
+        return ALG[self.variant]
 
     @property
     def curve(self) -> list[list[float]]:
@@ -74,9 +81,9 @@ def runs(folder: Path = CONVERGED) -> list[Run]:
     for setting, _, _ in SETTINGS:
         for path in sorted((folder / setting).glob("*-s*.json")):
             variant, seed = path.stem.rsplit("-s", 1)
-            if variant in dict(METHODS):
+            if variant in ALG:
                 out.append(Run(setting, variant, int(seed), json.loads(path.read_text())))
-    order = [v for v, _ in METHODS]
+    order = [v for v, _, _ in METHODS]
     return sorted(out, key=lambda r: ([s for s, _, _ in SETTINGS].index(r.setting),
                                       order.index(r.variant), r.seed))
 
@@ -145,22 +152,21 @@ def summary(o: Outputs) -> str:
         group = [r for r in rs if r.setting == setting]
         if not group:
             continue
-        for variant, alg in METHODS:
+        for variant, alg, label_m in METHODS:
             mine = [r for r in group if r.variant == variant]
             if not mine:
                 continue
             hits = [[acc_at(r.curve, t) for r in mine] for t in TARGETS]
-            rows.append([label, alg, _mean_sd([r.maua for r in mine], unit=" %"),
+            rows.append([label, label_m, _mean_sd([r.maua for r in mine], unit=" %"),
                          _mean_sd([r.last for r in mine], 1, 1),
                          *(_hit_summary(h, alg) for h in hits),
-                         paper if alg == "fedcache" else "–"])
-            if alg == "fedcache-mobility":
-                rows[-1][-1] = "– (the paper has a server)"
-        for variant, alg in METHODS[:-1]:
+                         paper if alg == "fedcache" else
+                         "– (the paper has a server)" if alg == "fedcache-mobility" else "–"])
+        for variant, _, label_m in METHODS[:-1]:
             pairs = [(f, i) for f in group for i in group
                      if f.variant == variant and i.variant == "isolated" and f.seed == i.seed]
             if pairs:
-                rows.append([label, f"gain ({alg} − isolated, paired by seed)",
+                rows.append([label, f"gain ({label_m} − isolated, paired by seed)",
                              _mean_sd([f.maua - i.maua for f, i in pairs], unit=" points"),
                              "", *([""] * len(TARGETS)), "–"])
     header = ["setting", "method", "MAUA, mean ± sd over seeds", "rounds run",
@@ -191,13 +197,13 @@ def per_run(o: Outputs) -> str:
     rows = []
     for r in rs:
         best = max(r.curve, key=lambda row: float(row[1]))
-        rows.append([labels[r.setting], r.alg, str(r.seed), r.ended(),
+        rows.append([labels[r.setting], LABEL[r.variant], str(r.seed), r.ended(),
                      f"{_pct(r.maua)} (round {int(best[0])})",
                      _pct(float(r.curve[-1][2])), *(_hit(r, t) for t in TARGETS),
                      _traffic(r)])
     header = ["setting", "method", "seed", "ended", "MAUA (at round)", "mean of client best",
               *(f"acc@{100 * t:g} %" for t in TARGETS), "traffic to the end"]
-    provs = "".join(f"\n{labels[r.setting]}, {r.alg}, seed {r.seed}: "
+    provs = "".join(f"\n{labels[r.setting]}, {LABEL[r.variant]}, seed {r.seed}: "
                     f"{_provenance.line(r.data['provenance'])}\n" for r in rs)
     return _table(header, rows) + provs
 

@@ -20,6 +20,7 @@ from typing import Any
 from benchmarks import (
     fedbss_vs_plain,
     reproduce_fedcache,
+    reproduce_fedcache_converged,
     reproduce_fedcvt,
     table2_loro,
     table2_oos_render,
@@ -463,6 +464,7 @@ TABLES: dict[str, Callable[[Outputs], str]] = {
     "tau-30s": tau_30s,
     "tau-30s-seeds": tau_30s_seeds,
     **reproduce_fedcache.TABLES,  # from docs/reproduction/'s committed FedCache JSONs
+    **reproduce_fedcache_converged.TABLES,  # from docs/reproduction/fedcache-converged/
     **fedbss_vs_plain.TABLES,  # from docs/reproduction/fedbss-vs-plain.json
     **reproduce_fedcvt.TABLES,  # from docs/reproduction/fedcvt-*.json
     **table2_oos_render.TABLES,  # from docs/reproduction/table2-oos.json

@@ -25,7 +25,7 @@ from peerd.daemon.preflight import check_metrics_listen as check_metrics_listen
 from peerd.daemon.preflight import preflight as preflight
 from peerd.daemon.preflight import read_node_key as read_node_key
 from peerd.net.transport import TransportConfig
-from peerd.node.state import wire_schema
+from peerd.node.wirearrays import wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import entry_frame_limit
 from peerd.protocol.envelope import SignedEnvelope

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from peerd.learn.tasks import Task
-from peerd.node.state import from_wire_arrays
+from peerd.node.wirearrays import from_wire_arrays
 from peerd.protocol import messages as msg
 from peerd.protocol.entry import EntryBody
 from peerd.protocol.envelope import ENTRY_DOMAIN

@@ -24,7 +24,7 @@ from torch import nn
 
 from peerd.core.entry import Schema as ModelSchema
 from peerd.core.entry import dtype_name
-from peerd.node.state import to_wire_arrays, wire_schema
+from peerd.node.wirearrays import to_wire_arrays, wire_schema
 from peerd.store import learnerfile
 from peerd.store.learnerfile import Identity, LearnerState
 from peerd.store.statedir import StateDir

@@ -37,7 +37,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from peerd.core.entry import CacheItem, Entry, EntryMeta
 from peerd.core.reasons import Reason
 from peerd.node.entryfile import EntryFile
-from peerd.node.state import Held, NodeState, Withdrawn, from_wire_arrays, meta_of
+from peerd.node.state import Held, NodeState, Withdrawn, meta_of
+from peerd.node.wirearrays import from_wire_arrays
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import sha256_hex
 from peerd.protocol.entry import SignedEntry

@@ -20,14 +20,12 @@ read or changed on the loop thread; a worker gets a :class:`LedgerView`.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
-import numpy as np
 import numpy.typing as npt
 import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -39,6 +37,7 @@ from peerd.core.staleness import Clock, StalenessMode, is_fresh
 from peerd.core.validate import ValidationLimits, validate_entry
 from peerd.node.decoded import DecodedParams
 from peerd.node.entryfile import EntryFile
+from peerd.node.wirearrays import from_wire_arrays, to_wire_arrays, wire_schema
 from peerd.protocol import messages as msg
 from peerd.protocol.admission import admit_entry, entry_frame_limit, sha256_hex
 from peerd.protocol.encoding import RAW, Encoding
@@ -48,44 +47,7 @@ from peerd.protocol.errors import ProtocolError
 from peerd.protocol.identity import node_id_of
 from peerd.protocol.ledger import LedgerView, OriginLedger, version_limit
 from peerd.protocol.manifest import Manifest
-from peerd.protocol.tensors import TensorIndexItem, decode_tensors, index_encoding
-
-
-def wire_schema(schema: Schema) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """The protocol's view of a local schema: name -> (dtype, shape)."""
-    return {s.name: (s.dtype, s.shape) for s in schema.specs}
-
-
-def to_wire_arrays(params: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], frozenset[str]]:
-    """Numpy views of (already snapshotted) tensors; bfloat16 travels as its raw uint16 words."""
-    arrays: dict[str, npt.NDArray[Any]] = {}
-    bf16 = set()
-    for name, t in params.items():
-        t = t.detach().contiguous()
-        if t.dtype == torch.bfloat16:
-            arrays[name] = t.view(torch.int16).numpy().view(np.uint16)
-            bf16.add(name)
-        else:
-            arrays[name] = t.numpy()
-    return arrays, frozenset(bf16)
-
-
-def from_wire_arrays(
-    index: Sequence[TensorIndexItem], arrays: Mapping[str, npt.NDArray[Any]]
-) -> dict[str, torch.Tensor]:
-    """Torch views of verified payload arrays (no copy).
-
-    The arrays may be read-only views of the received buffer; torch warns about that because
-    writes would be undefined. Received tensors are never written: blends read them into a
-    fresh matrix.
-    """
-    out: dict[str, torch.Tensor] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        for item in index:
-            t = torch.from_numpy(arrays[item.name])
-            out[item.name] = t.view(torch.bfloat16) if item.dtype == "bfloat16" else t
-    return out
+from peerd.protocol.tensors import decode_tensors, index_encoding
 
 
 def meta_of(body: EntryBody) -> EntryMeta:

@@ -295,7 +295,7 @@ def test_peer_byte_budget_fits_one_full_session_and_scales_with_the_round() -> N
 
     from peerd.core.entry import Schema
     from peerd.daemon.startup import SESSION_CONTROL_BYTES, peer_byte_budget
-    from peerd.node.state import wire_schema
+    from peerd.node.wirearrays import wire_schema
     from peerd.protocol.admission import entry_frame_limit
 
     schema = Schema.of({"w": torch.zeros(1000, 10)})

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import docs_scan as scan
 from benchmarks import docs_tables as dt
 
 TABLES = dt.registry()
@@ -40,7 +41,7 @@ def test_every_marked_block_is_registered_or_known_debt() -> None:
     registered = {(str(t.doc.relative_to(dt.ROOT)), t.name) for t in TABLES}
     assert len(registered) == len(TABLES), "a block is registered twice"
     marked = {(str(doc.relative_to(dt.ROOT)), name)
-              for doc in dt.DOCS.glob("*.md") for name in dt.marked_blocks(doc)}
+              for doc in dt.DOCS.glob("*.md") for name in scan.marked_blocks(doc)}
     assert registered <= marked, f"registered but not in the docs: {registered - marked}"
     assert marked - registered == dt.unregistered()
 
@@ -48,10 +49,10 @@ def test_every_marked_block_is_registered_or_known_debt() -> None:
 def test_every_numeric_table_outside_the_blocks_is_listed() -> None:
     found = {(str(doc.relative_to(dt.ROOT)), heading)
              for doc in dt.DOCS.glob("*.md")
-             for heading, _ in dt.unmarked_numeric_tables(doc)}
-    unlisted = found - dt.UNCOVERED - dt.REFERENCE
+             for heading, _ in scan.unmarked_numeric_tables(doc)}
+    unlisted = found - scan.UNCOVERED - scan.REFERENCE
     assert not unlisted, f"tables with numbers no renderer covers: {sorted(unlisted)}"
-    stale = (dt.UNCOVERED | dt.REFERENCE) - found
+    stale = (scan.UNCOVERED | scan.REFERENCE) - found
     assert not stale, f"listed but no longer there (remove them): {sorted(stale)}"
 
 
@@ -59,7 +60,7 @@ def test_a_table_copied_by_hand_into_a_doc_is_found(tmp_path: Path) -> None:
     doc = tmp_path / "x.md"
     doc.write_text("# Results\n\n| run | accuracy |\n| --- | --- |\n| a | 0.93 |\n\n"
                    "<!-- bench:y -->\n| b | 0.91 |\n<!-- /bench:y -->\n\n```\n| c | 0.5 |\n```\n")
-    assert list(dt.unmarked_numeric_tables(doc)) == [("Results", "| a | 0.93 |")]
+    assert list(scan.unmarked_numeric_tables(doc)) == [("Results", "| a | 0.93 |")]
 
 
 def test_write_puts_the_rendering_between_the_markers_and_keeps_the_rest(
