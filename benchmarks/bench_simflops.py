@@ -64,6 +64,41 @@ def matmul_flops(n: int, repeat: int) -> float:
     return 2 * n**3 / t
 
 
+def products_flops(model: torch.nn.Module, batches: list[torch.Tensor], repeat: int
+                   ) -> dict[str, float]:
+    """The batched matrix products one step of a dense model needs, alone, on its own shapes.
+
+    Per group of agents with the same batch rows b and per ``nn.Linear`` (d_in → d_out):
+    the forward product (A, b, d_in) @ (A, d_in, d_out), the weight gradient
+    (A, d_in, b) @ (A, b, d_out) and, past the first layer, the input gradient
+    (A, b, d_out) @ (A, d_out, d_in): 2 · A · b · d_in · d_out FLOP each, timed back to back
+    with ``torch.bmm`` on random operands. This is the rate the kernel reaches on exactly the
+    GEMMs the step is made of: the ceiling for a step built on ``bmm``, which the dense
+    n × n bound is not for 64 × 784 × 64 products."""
+    layers = [(m.in_features, m.out_features) for m in model.modules()
+              if isinstance(m, torch.nn.Linear)]
+    groups: dict[int, int] = {}
+    for b in batches:
+        groups[int(b.shape[1])] = groups.get(int(b.shape[1]), 0) + 1
+    g = torch.Generator().manual_seed(0)
+    ops: list[tuple[torch.Tensor, torch.Tensor]] = []
+    flop = 0.0
+    for rows, agents in groups.items():
+        for i, (d_in, d_out) in enumerate(layers):
+            x = torch.randn(agents, rows, d_in, generator=g)
+            w = torch.randn(agents, d_in, d_out, generator=g)
+            dy = torch.randn(agents, rows, d_out, generator=g)
+            ops += [(x, w), (x.transpose(1, 2), dy)] + ([(dy, w.transpose(1, 2))] if i else [])
+            flop += 2.0 * agents * rows * d_in * d_out * (3 if i else 2)
+
+    def step() -> None:
+        for a, b in ops:
+            torch.bmm(a, b)
+
+    t = best_times({"products": step}, repeat * 4)["products"]
+    return {"products_flop_per_step": flop, "products_s_per_step": t, "products_flops": flop / t}
+
+
 def round_flops(dataset: str, kind: str, agents: int, steps: int, repeat: int,
                 loop: bool) -> dict[str, Any]:
     ds = load_dataset(dataset)
@@ -91,6 +126,8 @@ def round_flops(dataset: str, kind: str, agents: int, steps: int, repeat: int,
     work = 6.0 * params * sum(rows) * steps
     out: dict[str, Any] = {"params": float(params), "agents": float(agents), "steps": float(steps),
            "samples_per_step": float(sum(rows)), "useful_flop": work}
+    if kind == "mlp":  # dense layers only: the CNN's convolutions are not bmm
+        out.update(products_flops(model, batches, repeat))
     for name, t in times.items():
         out[f"{name}_s"] = t
         out[f"{name}_flops"] = work / t
@@ -166,6 +203,26 @@ def render(r: dict[str, Any]) -> str:
     mlp_met = all(run["batched_flops"] / bound >= 0.8 for run in mlps)
     cnn_ratios = ", ".join(f"{run['loop_s'] / run['batched_s']:.2f}×" for run in cnns)
     cnn_met = all(run["loop_s"] >= run["batched_s"] for run in cnns)
+    dense = [run for run in r["runs"] if "products_flops" in run]
+    if dense:
+        lines += [
+            "",
+            "The same MLP steps' matrix products alone, on their own shapes "
+            "(`products_flops`: per batch-size group and dense layer the forward product, the "
+            "weight gradient and, past the first layer, the input gradient, as `torch.bmm` "
+            f"on random operands, best of {r['repeat'] * 4}), against the round above:",
+            "",
+            "| data / model | products' FLOP a step | products alone: GFLOP/s "
+            "| × matmul bound | batched round's useful GFLOP/s ÷ products' | products' share "
+            "of the batched round's time |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for run in dense:
+            share = run["products_s_per_step"] * run["steps"] / run["batched_s"]
+            lines.append(
+                f"| {run['dataset']} / {run['model']} | {run['products_flop_per_step']:.3g} "
+                f"| {run['products_flops'] / 1e9:.1f} | {run['products_flops'] / bound:.2f}× "
+                f"| {run['batched_flops'] / run['products_flops']:.2f}× | {100 * share:.0f} % |")
     lines += [
         "",
         f"Goals against these readings: MLPs at ≥ 0.8× the bound: **{'met' if mlp_met else 'not met'}** "
