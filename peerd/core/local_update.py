@@ -225,6 +225,12 @@ class GatheredBatches:
 #: (stacked params, inputs ``[A, B, ...]``) -> outputs ``[A, B, ...]``: one architecture's
 #: forward pass over A stacked models.
 StackedForward = Callable[[Mapping[str, torch.Tensor], torch.Tensor], torch.Tensor]
+#: (stacked params, stepped in place; inputs ``[A, B, ...]``; targets ``[A, B]``; anchors x̄
+#: by name or None; lr; ρ) -> each agent's mean loss ``[A]`` before the step: one whole
+#: proximal step of an architecture whose backward pass is written out, so the weight
+#: gradient lands in the parameter (``baddbmm_``) and is never a tensor of its own.
+FusedStep = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor,
+                      Mapping[str, torch.Tensor] | None, float, float], torch.Tensor]
 StepGrad = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor],
                     tuple[dict[str, torch.Tensor], torch.Tensor]]
 
@@ -279,6 +285,7 @@ def batched_local_update(
     loss: LossName,
     anchor: Mapping[str, torch.Tensor] | None = None,
     forward: StackedForward | None = None,
+    fused: FusedStep | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """K proximal steps for A stacked models at once.
 
@@ -293,6 +300,9 @@ def batched_local_update(
     architecture's forward pass written over stacked parameters (e.g.
     :mod:`peerd.sim.stacked`); plain autograd then differentiates it instead of
     ``vmap(functional_call(model, ...))``. It must compute what ``model`` computes.
+    ``fused`` (cross-entropy only, e.g. :func:`peerd.sim.stacked.fused_step`) replaces
+    gradient and step both: the same step rule, to float32 rounding, in fewer passes over the
+    stacked parameters.
     """
     if rho < 0 or lr <= 0:
         raise ValueError(f"need rho >= 0 and lr > 0 (got rho={rho}, lr={lr})")
@@ -314,7 +324,13 @@ def batched_local_update(
     steps = X_batches.shape[0]
     agents = xs[0].shape[0]
     total = torch.zeros(agents)
+    if fused is not None and loss != "cross_entropy":
+        raise ValueError(f"a fused step takes cross-entropy, not {loss!r}")
+    anchor_map = dict(zip(names, anchors, strict=True)) if anchors is not None else None
     for k in range(steps):
+        if fused is not None:
+            total += fused(current, X_batches[k], y_batches[k], anchor_map, lr, rho)
+            continue
         grads, values = step_grad(current, X_batches[k], y_batches[k])
         stacked_step_(xs, [grads[n] for n in names], anchors, lr=lr, rho=rho)
         total += values.detach()

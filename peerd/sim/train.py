@@ -30,7 +30,7 @@ from peerd.core.local_update import (
     local_update,
     sample_batches,
 )
-from peerd.sim.stacked import stacked_forward
+from peerd.sim.stacked import fused_step, stacked_forward
 
 
 def model_schema(model: nn.Module) -> Schema:
@@ -152,6 +152,7 @@ def train_batched(
     """
     agents = matrix.shape[0]
     forward = stacked_forward(model) if stacked else None
+    fused = fused_step(model) if stacked and loss == "cross_entropy" else None
     new = torch.empty_like(matrix)
     losses = torch.empty(agents)
     sizes = np.array([b.shape[1] if b.dim() == 2 else 0 for b in batches])
@@ -171,7 +172,7 @@ def train_batched(
         rows = matrix if whole else matrix[torch.from_numpy(group)]
         trained, group_loss = batched_local_update(
             model, matrix_to_stack(rows, schema, copy=False), GatheredBatches(x, idx), y[idx],
-            lr=lr, rho=rho, loss=loss, forward=forward)
+            lr=lr, rho=rho, loss=loss, forward=forward, fused=fused)
         if whole:
             stack_to_matrix(trained, schema, out=new)
         else:

@@ -9,9 +9,9 @@ from torch import nn
 from torch.func import functional_call
 
 from peerd.core.entry import flatten
-from peerd.core.local_update import LossName
+from peerd.core.local_update import LossName, batched_local_update
 from peerd.learn.models import build_model
-from peerd.sim.stacked import stacked_forward
+from peerd.sim.stacked import fused_step, stacked_forward
 from peerd.sim.train import draw_batches, model_schema, train_batched, train_loop
 
 SHAPES = {"cnn": (1, 28, 28), "mlp": (1, 28, 28), "linear": (16,), "medium": (16,)}
@@ -92,3 +92,38 @@ def test_mse_loss_is_taken_per_agent() -> None:
     _, fast, slow, fast_loss, slow_loss = _both("linear", torch.float64, 0.5, "mse", classes=1)
     torch.testing.assert_close(fast, slow, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(fast_loss, slow_loss, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.5])
+@pytest.mark.parametrize("kind", ["mlp", "linear", "medium"])
+def test_the_fused_dense_step_is_autograd_s_step_in_float64(kind: str, rho: float) -> None:
+    # The written-out backward against autograd over the same stacked forward, 4 steps of
+    # 3 agents: parameters and the losses reported per agent.
+    model = build_model(kind, SHAPES[kind], 10, seed=0).double()
+    fused = fused_step(model)
+    assert fused is not None
+    params = _stacked(model, 3, torch.float64)
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(4, 3, 7, *SHAPES[kind], generator=g, dtype=torch.float64) - 0.5
+    y = torch.randint(0, 10, (4, 3, 7), generator=g)
+    forward = stacked_forward(model)
+    want, want_loss = batched_local_update(model, params, x, y, lr=0.3, rho=rho,
+                                           loss="cross_entropy", forward=forward)
+    got, got_loss = batched_local_update(model, params, x, y, lr=0.3, rho=rho,
+                                         loss="cross_entropy", forward=forward, fused=fused)
+    assert not torch.allclose(got[next(iter(got))], params[next(iter(params))])
+    for name in params:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got_loss, want_loss, rtol=1e-6, atol=1e-7)
+
+
+def test_only_peerd_s_dense_chains_get_a_fused_step_and_only_for_cross_entropy() -> None:
+    assert fused_step(build_model("cnn", SHAPES["cnn"], 10, seed=0)) is None
+    assert fused_step(nn.Sequential(nn.Linear(3, 2))) is None
+    model = build_model("linear", SHAPES["linear"], 1, seed=0)
+    fused = fused_step(model)
+    assert fused is not None
+    params = _stacked(model, 2, torch.float32)
+    with pytest.raises(ValueError, match="cross-entropy"):
+        batched_local_update(model, params, torch.zeros(1, 2, 3, 16), torch.zeros(1, 2, 3),
+                             lr=0.1, rho=0.0, loss="mse", fused=fused)
