@@ -66,6 +66,12 @@ class Run:
     def maua(self) -> float:
         return maua_from_curve(self.curve)
 
+    @property
+    def converged(self) -> bool:
+        """Ended by the stopping rule (plateau or cap), not cut by the time it was given."""
+        stop = self.data.get("stop") or {}
+        return stop.get("round") is not None or (bool(stop) and self.last >= int(stop["cap"]))
+
     def ended(self) -> str:
         """Why the run ended: the plateau rule, its cap, or a cut (not converged)."""
         stop = self.data.get("stop") or {}
@@ -144,9 +150,12 @@ def _measured_with(rs: Sequence[Run]) -> str:
 
 def summary(o: Outputs) -> str:
     """Per setting and method, over seeds: MAUA, rounds to the plateau, acc@; then the gain."""
-    rs = runs()
-    if not rs:
+    every = runs()
+    if not every:
         raise FileNotFoundError(f"no converged FedCache runs under {CONVERGED}")
+    # A cut run's MAUA is a maximum over fewer rounds: it is listed per run, never averaged.
+    rs = [r for r in every if r.converged]
+    cut = len(every) - len(rs)
     rows = []
     for setting, label, paper in SETTINGS:
         group = [r for r in rs if r.setting == setting]
@@ -171,7 +180,9 @@ def summary(o: Outputs) -> str:
                              "", *([""] * len(TARGETS)), "–"])
     header = ["setting", "method", "MAUA, mean ± sd over seeds", "rounds run",
               *(f"acc@{100 * t:g} %: round (MB)" for t in TARGETS), "paper"]
-    return (_table(header, rows) + _measured_with(rs)
+    note = (f"\n{cut} run(s) cut before the rule ended them are left out here (every run "
+            "below lists them).\n" if cut else "")
+    return (_table(header, rows) + _measured_with(every) + note
             + "\nMB: server-equivalent for fedcache (the paper's count), exchanged at contacts "
               "for fedcache-mobility.\n")
 
