@@ -115,11 +115,22 @@ def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Started:
 def line(record: dict[str, Any]) -> str:
     """One Markdown line for a section that carries the record (commit, command, machine)."""
     m = record["machine"]
-    state = "dirty" if record["dirty"] else "clean"
+    state = _state(record)
     return (f"Provenance: commit `{record['commit'][:12]}` ({state}), "
             f"`{record['command_line']}`; {m['cpu']}, {m['cores']} cores, torch "
             f"{m['torch_threads']} threads{_load(m)}; {record['date']}, {record['wall_s']} s "
             "wall.")
+
+
+def _state(record: dict[str, Any]) -> str:
+    """clean, dirty, or what was dirty when only outputs under docs/ were (a run writing into a
+    folder that earlier runs of the same campaign had filled: the code was the commit's)."""
+    if not record["dirty"]:
+        return "clean"
+    paths = record.get("dirty_paths") or []
+    if paths and len(paths) <= 3 and all(p.startswith("docs/") for p in paths):
+        return f"dirty only in {', '.join(f'`{p}`' for p in paths)}"
+    return "dirty"
 
 
 def _load(m: dict[str, Any]) -> str:

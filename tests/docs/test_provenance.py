@@ -77,3 +77,17 @@ def test_the_record_names_commit_dirty_command_machine_date_and_wall() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["date"])
     assert record["wall_s"] >= 0
     assert head[:12] in prov.line(record)
+
+
+@pytest.mark.parametrize(("dirty", "paths", "shown"), [
+    (False, [], "(clean)"),
+    (True, ["docs/reproduction/x/"], "(dirty only in `docs/reproduction/x/`)"),
+    (True, ["docs/a.json", "peerd/sim/train.py"], "(dirty)"),  # code changed: just dirty
+    (True, [f"docs/{i}.json" for i in range(4)], "(dirty)"),  # too many to name
+])
+def test_the_line_names_what_was_dirty_only_when_it_was_outputs(
+        dirty: bool, paths: list[str], shown: str) -> None:
+    record = {"commit": "0" * 40, "dirty": dirty, "dirty_paths": paths, "command_line": "x",
+              "machine": {"cpu": "c", "cores": 2, "torch_threads": 1}, "date": "d",
+              "wall_s": 1.0}
+    assert f"`{'0' * 12}` {shown}," in prov.line(record)
