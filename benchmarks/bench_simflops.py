@@ -26,6 +26,7 @@ the 2-core machine is shared and load only ever adds time; the load average is r
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,9 +78,7 @@ def products_flops(model: torch.nn.Module, batches: list[torch.Tensor], repeat: 
     n × n bound is not for 64 × 784 × 64 products."""
     layers = [(m.in_features, m.out_features) for m in model.modules()
               if isinstance(m, torch.nn.Linear)]
-    groups: dict[int, int] = {}
-    for b in batches:
-        groups[int(b.shape[1])] = groups.get(int(b.shape[1]), 0) + 1
+    groups = Counter(int(b.shape[1]) for b in batches)  # batch rows -> agents
     g = torch.Generator().manual_seed(0)
     ops: list[tuple[torch.Tensor, torch.Tensor]] = []
     flop = 0.0

@@ -326,7 +326,8 @@ def batched_local_update(
     total = torch.zeros(agents)
     if fused is not None and loss != "cross_entropy":
         raise ValueError(f"a fused step takes cross-entropy, not {loss!r}")
-    anchor_map = dict(zip(names, anchors, strict=True)) if anchors is not None else None
+    anchor_map = (dict(zip(names, anchors, strict=True))
+                  if fused is not None and anchors is not None else None)
     for k in range(steps):
         if fused is not None:
             total += fused(current, X_batches[k], y_batches[k], anchor_map, lr, rho)

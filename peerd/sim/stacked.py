@@ -121,7 +121,7 @@ def fused_step(model: nn.Module) -> FusedStep | None:
         g.scatter_add_(-1, t.unsqueeze(-1), torch.full((*t.shape, 1), -1.0, dtype=g.dtype))
         g.mul_(1.0 / t.shape[1])
         keep = 1.0 - lr * rho
-        pull = anchors is not None and rho != 0
+        pull = anchors if rho != 0 else None  # with ρ = 0 the step is plain SGD
         for i in range(len(kinds) - 1, first - 1, -1):
             name, linear = kinds[i]
             if not linear:
@@ -133,10 +133,9 @@ def fused_step(model: nn.Module) -> FusedStep | None:
             if keep != 1.0:
                 b.mul_(keep)
             b.add_(g.sum(dim=1), alpha=-lr)
-            if pull:
-                assert anchors is not None
-                w.add_(anchors[f"{name}.weight"], alpha=lr * rho)
-                b.add_(anchors[f"{name}.bias"], alpha=lr * rho)
+            if pull is not None:
+                w.add_(pull[f"{name}.weight"], alpha=lr * rho)
+                b.add_(pull[f"{name}.bias"], alpha=lr * rho)
             if below is not None:
                 g = below
         return values
