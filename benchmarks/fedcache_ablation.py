@@ -40,11 +40,13 @@ if TYPE_CHECKING:
 OUT = ROOT / "docs" / "reproduction" / "fedcache-ablation"
 #: (run name, algorithm, loss form, T): isolated trains no KL, so its form does not matter;
 #: eq18-t1 is eq. 18 at T = 1, where its CE is plain CE (what T does to eq18, apart);
-#: mobility is code's FedCache with knowledge only over the mobility model's contacts.
+#: mobility is code's FedCache with knowledge only over the mobility model's contacts;
+#: cached-dfl exchanges weights over the same contacts (no KL: its form does not matter).
 VARIANTS: tuple[tuple[str, str, DistillForm, float], ...] = (
     ("eq18", "fedcache", "eq18", 3.0), ("code", "fedcache", "code", 3.0),
     ("isolated", "isolated", "eq18", 3.0), ("eq18-t1", "fedcache", "eq18", 1.0),
-    ("mobility", "fedcache-mobility", "code", 3.0))
+    ("mobility", "fedcache-mobility", "code", 3.0),
+    ("cached-dfl", "cached-dfl", "code", 3.0))
 
 
 class _Converged(Exception):  # noqa: N818 (not an error: the run's normal end)

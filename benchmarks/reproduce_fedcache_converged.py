@@ -32,10 +32,13 @@ SETTINGS = (("fashion-mnist-large", "FashionMNIST, homogeneous (large)", "77.71 
              "– (Table 5 leaves FedCache's MNIST row blank)"),
             ("mnist-mixed", "MNIST, mixed (small/medium/large)", "83.94 %, 0.10 G"))
 #: The runs' variants: (file stem prefix, the algorithm its curves are under, row label).
-METHODS = (("code", "fedcache", "fedcache"),
-           ("eq18-t1", "fedcache", "fedcache, eq. 18 at T = 1"),
-           ("mobility", "fedcache-mobility", "fedcache-mobility"),
+METHODS = (("eq18-t1", "fedcache", "fedcache, eq. 18 (default)"),
+           ("code", "fedcache", "fedcache, code's loss"),
+           ("mobility", "fedcache-mobility", "fedcache-mobility, code's loss"),
+           ("cached-dfl", "cached-dfl", "cached-dfl (weights, large model)"),
            ("isolated", "isolated", "isolated"))
+#: Paired by seed in each setting, beside the gains over isolated: the two losses.
+LOSSES = ("eq18-t1", "code")
 ALG = {variant: alg for variant, alg, _ in METHODS}
 LABEL = {variant: label for variant, _, label in METHODS}
 #: acc@ targets (fractions of mean client accuracy).
@@ -134,7 +137,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _measured_with(rs: Sequence[Run]) -> str:
     # isolated trains CE only (β = 0), so the loss form its config names does not apply.
-    forms = {describe(r.data["config"]) for r in rs if r.alg != "isolated"}
+    forms = {f"{describe(r.data['config'])}; T = {r.data['config']['temperature']:g}"
+             for r in rs if r.alg.startswith("fedcache")}
     rules = {json.dumps({k: v for k, v in (r.data.get("stop") or {}).items() if k != "round"},
                         sort_keys=True) for r in rs}
     if len(rules) != 1:
@@ -144,8 +148,12 @@ def _measured_with(rs: Sequence[Run]) -> str:
             f"mean accuracy beats every earlier round's by less than "
             f"{100 * stop['min_gain']:g} points, at most {stop['cap']} rounds" if stop
             else "no stopping rule recorded")
-    return (f"\nMeasured with: {' / '.join(sorted(forms))} (isolated: the same, CE only); "
-            f"{rule}.\n")
+    weights = ("; cached-dfl: models exchanged at the mobility model's contacts, CE only, "
+               "ceil(mean n / B) steps "
+               "for every client (its batched trainer needs one count)"
+               if any(r.alg == "cached-dfl" for r in rs) else "")
+    return (f"\nMeasured with: {' / '.join(sorted(forms))} (isolated: the same, CE only"
+            f"{weights}); {rule}.\n")
 
 
 def summary(o: Outputs) -> str:
@@ -175,16 +183,24 @@ def summary(o: Outputs) -> str:
             pairs = [(f, i) for f in group for i in group
                      if f.variant == variant and i.variant == "isolated" and f.seed == i.seed]
             if pairs:
-                rows.append([label, f"gain ({label_m} − isolated, paired by seed)",
+                rows.append([label, f"gain over isolated, {label_m}, paired by seed",
                              _mean_sd([f.maua - i.maua for f, i in pairs], unit=" points"),
                              "", *([""] * len(TARGETS)), "–"])
+        a, b = LOSSES
+        pairs = [(x, y) for x in group for y in group
+                 if x.variant == a and y.variant == b and x.seed == y.seed]
+        if pairs:
+            rows.append([label, "eq. 18 − code's loss, paired by seed",
+                         _mean_sd([x.maua - y.maua for x, y in pairs], unit=" points"),
+                         _mean_sd([x.last - y.last for x, y in pairs], 1, 1),
+                         *([""] * len(TARGETS)), "–"])
     header = ["setting", "method", "MAUA, mean ± sd over seeds", "rounds run",
               *(f"acc@{100 * t:g} %: round (MB)" for t in TARGETS), "paper"]
     note = (f"\n{cut} run(s) cut before the rule ended them are left out here (every run "
             "below lists them).\n" if cut else "")
     return (_table(header, rows) + _measured_with(every) + note
             + "\nMB: server-equivalent for fedcache (the paper's count), exchanged at contacts "
-              "for fedcache-mobility.\n")
+              "for fedcache-mobility (knowledge entries) and cached-dfl (models).\n")
 
 
 def _hit_summary(hits: Sequence[dict[str, int] | None], alg: str) -> str:

@@ -116,9 +116,9 @@ state_dir = {_toml_str(state_dir)}
 [learning.knowledge]
 # key_dim = 64                 # sample key width (fleet-wide)
 # beta = 1.5                   # weight of the KL term towards the teachers
-# temperature = 3.0            # softmax temperature of the KL term
+# temperature = 1.0            # softmax temperature T (unset: 1 for eq18, 3 for code)
 # neighbours = 16              # neighbours' knowledge averaged per sample
-# form = "code"                # the loss: code (the paper code's) or eq18 (the notes' eq. 18)
+# form = "eq18"                # the loss: eq18 (the notes' eq. 18) or code (the paper code's)
 
 # [learning.cordial]: the cordial and sensors modes' settings.
 [learning.cordial]

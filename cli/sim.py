@@ -106,18 +106,20 @@ def sim(
     ),
     beta: Annotated[float, Opt(help="fedcache: distillation weight β \\[unitless] (the daemon's "
                                     "\\[learning.knowledge] beta).")] = 1.5,
-    temperature: Annotated[float, Opt(help="fedcache: distillation temperature T \\[unitless] "
-                                           "(the daemon's \\[learning.knowledge] "
-                                           "temperature).")] = 3.0,
+    temperature: Annotated[float | None, Opt(help="fedcache: distillation temperature T "
+                                                  "\\[unitless] (the daemon's "
+                                                  "\\[learning.knowledge] temperature; unset: "
+                                                  "the loss form's, 1 for eq18, 3 for code).",
+                                             show_default=False)] = None,
     neighbours: Annotated[int, Opt(help="fedcache: R \\[neighbour samples averaged per sample] "
                                         "(the daemon's \\[learning.knowledge] neighbours).")] = 16,
     key_dim: Annotated[int, Opt(help="fedcache: sample key width \\[dimensions] (the daemon's "
                                      "\\[learning.knowledge] key_dim).")] = 64,
     distill_form: Annotated[str, Opt(help="fedcache: loss form \\[choice]: eq18 (the notes' "
-                                          "eq. 18: CE on softmax(f/T) + β·KL(τ(f) ‖ τ(z̄))) or "
-                                          "code (CE + β·T²·KL(τ(z̄) ‖ τ(f)), the paper's code; "
-                                          "the default: eq18 at T = 3 trained worse than "
-                                          "no federation, docs/reproduction.md).")] = "code",
+                                          "eq. 18: CE on softmax(f/T) + β·KL(τ(f) ‖ τ(z̄)), T = 1 "
+                                          "by default; measured level with code to convergence, "
+                                          "docs/reproduction.md) or code (CE + β·T²·KL(τ(z̄) ‖ "
+                                          "τ(f)), the paper's code, T = 3 by default).")] = "eq18",
     local_epoch: Annotated[str, Opt(help="fedcache: local epoch rule \\[choice]: client "
                                          "(ceil(n_k / batch) steps, each client its own) or "
                                          "mean (ceil(mean n / batch) for all, the docs' older "
@@ -202,7 +204,11 @@ def sim(
     names = tuple(a.strip() for a in algorithms.split(",") if a.strip())
     knowledge = any(n.startswith("fedcache") for n in names)  # fedcache, fedcache-mobility
     # Recorded as resolved: the new spellings, and a knowledge run's model by its name.
-    run_started = started(ctx, round_interval_s=round_interval_s,
+    if knowledge and temperature is None:  # the form's T, recorded as the value in force
+        from peerd.core.distill import DEFAULT_TEMPERATURE
+
+        temperature = DEFAULT_TEMPERATURE.get(distill_form)  # a bad form: validate says so
+    run_started = started(ctx, round_interval_s=round_interval_s, temperature=temperature,
                           model=fedcache_model if knowledge else model)
     _check_engine(engine, address, workers, knowledge=knowledge)
     cap = _capacity(capacity, agents)

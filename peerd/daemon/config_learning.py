@@ -65,13 +65,15 @@ class KnowledgeConfig:
     key_dim: int = 64
     #: β: weight of the KL term towards the teachers.
     beta: float = 1.5
-    #: Softmax temperature of the KL term.
-    temperature: float = 3.0
+    #: Softmax temperature T (in eq18 of both terms, in code of the KL term). Unset: the
+    #: form's (peerd.core.distill.DEFAULT_TEMPERATURE: 1 for eq18, 3 for code).
+    temperature: float | None = None
     #: R: the neighbours' knowledge averaged per sample.
     neighbours: int = 16
-    #: The objective (peerd.core.distill): "code" (the paper code's CE + β·T²·KL(teacher ‖
-    #: student); the default, see that module) or "eq18" (the notes' eq. 18).
-    form: str = "code"
+    #: The objective (peerd.core.distill): "eq18" (the notes' eq. 18; the default, measured
+    #: level with code to convergence at T = 1) or "code" (the paper code's CE +
+    #: β·T²·KL(teacher ‖ student)).
+    form: str = "eq18"
     #: What a sample with no neighbour learns from in the node's first round: "zero" (eq. 9:
     #: knowledge starts as C zeros, so it distils towards τ(0), uniform; the simulator's
     #: default) or "none" (cross-entropy only until a peer's knowledge arrives).

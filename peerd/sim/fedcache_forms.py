@@ -1,9 +1,9 @@
 """What a FedCache run was measured with: loss form, epoch rule, round-1 knowledge, indices.
 
-The paper's forms became the simulator's defaults in issue 28, all but the loss
-(:data:`DEFAULT_FORMS`: eq. 18 as written trained worse than no federation, so the code's
-loss stays the default; docs/reproduction.md); runs written before carry a config without
-these keys and were measured with the old forms (:data:`OLD_FORMS`). Pure
+The paper's forms became the simulator's defaults in issue 28 (:data:`DEFAULT_FORMS`; the
+loss last, eq. 18 at T = 1, once converged runs measured it level with the code's loss;
+docs/reproduction.md); runs written before carry a config without these keys and were
+measured with the old forms (:data:`OLD_FORMS`). Pure
 (no torch), so that the docs' renderer can say of each committed run what it measured.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 #: The paper's forms.
 PAPER_FORMS: dict[str, Any] = {"distill_form": "eq18", "local_epoch": "client",
                                "round1_knowledge": "zero", "index_bytes": 4}
-#: The defaults of :class:`peerd.sim.knowledge.KnowledgeSimConfig`: the paper's but the loss.
-DEFAULT_FORMS: dict[str, Any] = {**PAPER_FORMS, "distill_form": "code"}
+#: The defaults of :class:`peerd.sim.knowledge.KnowledgeSimConfig`: the paper's.
+DEFAULT_FORMS: dict[str, Any] = dict(PAPER_FORMS)
 #: What a config without the keys was run with (every output before they existed).
 OLD_FORMS: dict[str, Any] = {"distill_form": "code", "local_epoch": "mean",
                              "round1_knowledge": "none", "index_bytes": 0}

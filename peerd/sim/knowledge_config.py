@@ -7,10 +7,11 @@ reads them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from peerd.core.distill import DISTILL_FORMS, Distillation, DistillForm
+from peerd.core.distill import DEFAULT_TEMPERATURE, DISTILL_FORMS, Distillation, DistillForm
 
 KNOWLEDGE_ALGORITHMS = ("fedcache", "isolated", "cached-dfl", "fedcache-mobility")
 MIXED = ("small", "medium", "large")
@@ -31,12 +32,14 @@ class KnowledgeSimConfig:
     lr: float = 0.01
     batch_size: int = 8
     beta: float = 1.5
-    temperature: float = 3.0
+    #: None: the loss form's (peerd.core.distill.DEFAULT_TEMPERATURE, 1 for eq18, 3 for
+    #: code); read through :attr:`t`. The run's JSON records the T in force.
+    temperature: float | None = None
     r: int = 16
     key_dim: int = 64
     seed: int = 0
     eval_every: int = 1
-    distill_form: DistillForm = "code"  # peerd.core.distill: eq18 measured worse at T = 3
+    distill_form: DistillForm = "eq18"  # the notes' eq. 18 (peerd.core.distill)
     local_epoch: str = "client"
     round1_knowledge: str = "zero"
     index_bytes: int = 4
@@ -45,6 +48,13 @@ class KnowledgeSimConfig:
     capacity: int = 10
     tau_max: float = 5.0
     round_seconds: int = 120
+
+    @property
+    def t(self) -> float:
+        """The distillation temperature in force: the one set, else the loss form's."""
+        if self.temperature is not None:
+            return self.temperature
+        return DEFAULT_TEMPERATURE.get(self.distill_form, math.nan)  # a bad form: validate
 
     def validate(self) -> None:
         bad = [a for a in self.algorithms if a not in KNOWLEDGE_ALGORITHMS]
@@ -71,7 +81,7 @@ class KnowledgeSimConfig:
             raise ValueError(f"--index-bytes must be 0, 1, 2, 4 or 8, got {self.index_bytes}")
         if not all(0 < t <= 1 for t in self.targets):
             raise ValueError(f"--targets must be accuracies in (0, 1], got {self.targets}")
-        Distillation(self.beta, self.temperature, self.r, self.distill_form)  # validates
+        Distillation(self.beta, self.t, self.r, self.distill_form)  # validates
 
     def model_of(self, agent: int) -> str:
         return MIXED[agent % 3] if self.models == "mixed" else self.models
@@ -88,6 +98,8 @@ def config_json(config: KnowledgeSimConfig) -> dict[str, Any]:
     for name, value in asdict(config).items():
         if name == "dirichlet":
             out["partition"] = f"dirichlet:{value:g}"
+        elif name == "temperature":
+            out[name] = config.t  # the T in force, not "unset"
         else:
             out[_JSON_NAMES.get(name, name)] = value
     out["algorithms"] = list(config.algorithms)

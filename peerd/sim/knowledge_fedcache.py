@@ -320,7 +320,7 @@ def run_fedcache(config: KnowledgeSimConfig, setup: Setup, alg: str,
     """``fedcache`` / ``isolated`` (all-to-all) or ``fedcache-mobility`` for the run."""
     groups = make_groups(config, setup)
     beta = 0.0 if alg == "isolated" else config.beta
-    policy = Distillation(beta, config.temperature, config.r, config.distill_form)
+    policy = Distillation(beta, config.t, config.r, config.distill_form)
     fleet = KnowledgeFleet.build(config, setup)
     exchange: AllToAll | OverContacts = (OverContacts(fleet) if alg == "fedcache-mobility"
                                          else AllToAll(fleet, beta > 0))

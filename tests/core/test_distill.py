@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
@@ -111,6 +111,23 @@ def test_the_two_forms_have_different_gradients() -> None:
 def test_unknown_form_is_refused() -> None:
     with pytest.raises(ValueError, match="form must be"):
         Distillation(form="hinton")  # type: ignore[arg-type]
+
+
+def test_the_temperature_follows_the_form_unless_set() -> None:
+    # eq. 18 is the default at T = 1; the code's loss keeps the code's T = 3; a T set stays.
+    assert (Distillation().form, Distillation().t) == ("eq18", 1.0)
+    assert Distillation(form="code").t == 3.0
+    assert replace(Distillation(), form="code").t == 3.0  # unset stays unset: the form's
+    assert Distillation(form="code", temperature=1.0).t == 1.0
+    assert Distillation(form="eq18", temperature=3.0).t == 3.0
+    # The default T is the one the loss uses: eq18 at T = 1 is CE + β·KL(softmax(f) ‖ ...).
+    student, teacher = torch.randn(6, 4), torch.randn(6, 4)
+    target, has = torch.randint(0, 4, (6,)), torch.ones(6, dtype=torch.bool)
+    one = Distillation(beta=1.5, temperature=1.0)
+    assert torch.equal(distill_loss(student, target, teacher, has, Distillation(beta=1.5)),
+                       distill_loss(student, target, teacher, has, one))
+    with pytest.raises(ValueError, match="temperature"):
+        Distillation(temperature=0.0)
 
 
 def data(n: int = 40, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -96,14 +96,15 @@ def test_knowledge_mode_takes_the_papers_training_defaults() -> None:
     # The paper (§5.1.1, §5.1.4): one local epoch, batch 8, lr 0.01; weight mode keeps its own.
     knowledge = loads_config(doc(learning={"mode": "knowledge"})).learning
     assert (knowledge.local_steps, knowledge.batch_size, knowledge.lr) == (0, 8, 0.01)
-    assert knowledge.knowledge.form == "code"  # eq18 trained worse (peerd.core.distill)
+    # eq. 18 with the form's T (peerd.core.distill: unset here, 1 when the policy is built)
+    assert (knowledge.knowledge.form, knowledge.knowledge.temperature) == ("eq18", None)
     weights = loads_config(doc()).learning
     assert (weights.local_steps, weights.batch_size, weights.lr) == (10, 32, 0.05)
     # A key the file sets is the file's, in either mode.
     mine = loads_config(doc(learning={"mode": "knowledge", "lr": 0.1, "local_steps": 3,
-                                      "knowledge": {"form": "eq18"}})).learning
+                                      "knowledge": {"form": "code"}})).learning
     assert (mine.local_steps, mine.batch_size, mine.lr, mine.knowledge.form) == (3, 8, 0.1,
-                                                                                 "eq18")
+                                                                                 "code")
 
 
 def test_one_epoch_steps_are_knowledge_modes_only() -> None:

@@ -69,7 +69,7 @@ def test_a_round_distils_from_a_peer_and_publishes_bounded_logits() -> None:
                            np.eye(10, dtype=np.float32)[pdata.y_train.numpy()] * 5)
     cache = KnowledgeCache(64, schema.num_classes)
     inp = KnowledgeRoundInput(own_id="me", clock=Clock.time(0.0), peers=[batch],
-                              policy=Distillation(beta=1.5, temperature=3.0, r=4), steps=3,
+                              policy=Distillation(beta=1.5, r=4), steps=3,
                               batch_size=16, lr=0.05, seed=1)
     out = run_knowledge_round(model, data, keys, cache, inp, publish_rows=50)
     assert out.peers == 1
@@ -97,7 +97,7 @@ def test_eq9_zero_knowledge_pulls_untaught_samples_towards_uniform() -> None:
         schema, encoder = knowledge_schema(b"f" * 16, task, model, key_dim=64,
                                            max_samples=1000)
         inp = KnowledgeRoundInput(own_id="me", clock=Clock.time(0.0), peers=[],
-                                  policy=Distillation(beta=1.5, temperature=3.0, r=4),
+                                  policy=Distillation(beta=1.5, r=4),
                                   steps=30, batch_size=16, lr=0.05, seed=1, zero_untaught=zero)
         out = run_knowledge_round(model, data, encode_keys(encoder, data.X_train),
                                   KnowledgeCache(64, schema.num_classes), inp, publish_rows=200)

@@ -127,6 +127,7 @@ def test_the_old_forms_count_logits_only_and_skip_round_1(old_summary: dict[str,
     steps = old_summary["info"]["local_steps_per_round"]
     assert steps == math.ceil(data.x_train.shape[0] / CONFIG.agents / 8)
     assert old_summary["config"]["distill_form"] == "code"
+    assert old_summary["config"]["temperature"] == 3.0  # T unset: the code form's
 
 
 def test_one_local_epoch_is_each_clients_own(result_summary: dict[str, Any]) -> None:
@@ -197,6 +198,7 @@ def test_a_run_names_its_forms_and_an_old_config_reads_as_the_old_forms(
     bare = {k: v for k, v in result_summary["config"].items() if k not in PAPER_FORMS}
     assert forms_of(bare) == OLD_FORMS  # a config written before the keys existed
     assert describe(bare) == describe(old_summary["config"])
-    assert "code (CE" in describe(result_summary["config"])
-    assert "eq. 18" in describe({**result_summary["config"], "distill_form": "eq18"})
+    assert "eq. 18" in describe(result_summary["config"])
+    assert result_summary["config"]["temperature"] == 1.0  # recorded as in force, not unset
+    assert "code (CE" in describe({**result_summary["config"], "distill_form": "code"})
     assert "32-bit index" in describe(result_summary["config"])

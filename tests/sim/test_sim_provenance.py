@@ -126,5 +126,6 @@ def test_a_fedcache_run_records_it_in_each_checkpoint(tmp_path: Path) -> None:
     record = json.loads((tmp_path / "fedcache.json").read_text())["provenance"]
     _check_record(record)
     command = record["command"]
-    assert command[command.index("--distill-form") + 1] == "code"
+    assert command[command.index("--distill-form") + 1] == "eq18"
+    assert command[command.index("--temperature") + 1] == "1.0"  # the form's T, spelled out
     assert command[command.index("--model") + 1] == "large"  # the knowledge runs' default
