@@ -7,6 +7,7 @@ Everything libp2p lives in this module and the four beside it, :mod:`peerd.net.s
 gossip layer sees only peer-id strings, multiaddr strings, :class:`Stream` objects and
 :class:`TransportError`. The libp2p-free parts, :mod:`peerd.net.framing` and
 :mod:`peerd.net.transport_config`, are re-exported from here, and so is :class:`Stream`;
+our own per-peer counters, bounded, are :mod:`peerd.net.peercounters`'s;
 this module owns the host and its sockets (before it listens, the port probe of
 :mod:`peerd.net.mends` runs). It must not know what travels in a frame (that is
 :mod:`peerd.net.gossip` and :mod:`peerd.protocol`). The mends for the py-libp2p 0.8.1
@@ -23,11 +24,8 @@ Every await on the network has a deadline (the ``*_TIMEOUT_S`` constants).
 from __future__ import annotations
 
 import logging
-import time
-from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 
 import multiaddr  # no stubs/py.typed in 0.2.0
 import trio
@@ -63,6 +61,7 @@ from peerd.net.mends import (
     connection_config,
     switch_off_auto_connector,
 )
+from peerd.net.peercounters import PeerCounters
 from peerd.net.peertables import PeerTables
 from peerd.net.portprobe import check_port_free
 from peerd.net.stream import Stream as Stream
@@ -183,9 +182,7 @@ class Transport:
         self._config = config
         self._on_connected = on_connected
         self._on_disconnected = on_disconnected
-        self._stats: defaultdict[str, PeerStats] = defaultdict(config.new_peer_stats)
-        #: Bytes of peers whose counters were forgotten, so the totals never go down.
-        self._forgotten_in = self._forgotten_out = 0
+        self._stats = PeerCounters(config.new_peer_stats, MAX_TRACKED_PEERS)
         self.peer_id: str = str(self._host.get_id().to_base58())
 
     @property
@@ -255,12 +252,11 @@ class Transport:
 
     def peer_stats(self) -> dict[str, PeerStats]:
         """A snapshot (copies) of the per-peer counters."""
-        return {p: replace(s) for p, s in self._stats.items()}
+        return self._stats.snapshot()
 
     def byte_totals(self) -> tuple[int, int]:
         """(bytes in, bytes out) with every peer since start, forgotten ones included."""
-        return (self._forgotten_in + sum(s.bytes_in for s in self._stats.values()),
-                self._forgotten_out + sum(s.bytes_out for s in self._stats.values()))
+        return self._stats.byte_totals()
 
     async def connect(
         self, peer_id: str, addrs: Sequence[str], *, timeout_s: float | None = None
@@ -425,12 +421,7 @@ class Transport:
             Admission.session_ended(probation)  # on probation: admitted by now, or closed
 
     def _peer_event(self, peer_id: str, *, connected: bool) -> None:
-        # A late "disconnected" must not resurrect the entry of a peer already forgotten.
-        stats = self._stats[peer_id] if connected else self._stats.get(peer_id)
-        if stats is not None:
-            stats.last_seen = time.time()
-        if len(self._stats) > MAX_TRACKED_PEERS:
-            self._forget_idle_peers()
+        self._stats.seen(peer_id, connected=connected, is_connected=self.is_connected)
         callback = self._on_connected if connected else self._on_disconnected
         if callback is None:
             return
@@ -438,17 +429,6 @@ class Transport:
             callback(peer_id)
         except Exception:
             logger.exception("peer %s callback failed", "connect" if connected else "disconnect")
-
-    def _forget_idle_peers(self) -> None:
-        idle = sorted(
-            (s.last_seen, p)
-            for p, s in self._stats.items()
-            if s.streams_in == 0 and s.streams_out == 0 and not self.is_connected(p)
-        )
-        for _, p in idle[: len(self._stats) - MAX_TRACKED_PEERS]:
-            gone = self._stats.pop(p)
-            self._forgotten_in += gone.bytes_in
-            self._forgotten_out += gone.bytes_out
 
     async def _close(self) -> None:
         with trio.CancelScope(shield=True, deadline=trio.current_time() + HOST_CLOSE_TIMEOUT_S):
