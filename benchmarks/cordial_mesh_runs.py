@@ -6,9 +6,9 @@ tests/integration/test_cordial.py run ``--runs`` times, their printed lines kept
 
 Each run is one pytest process (``-s -m long``): the two-agent test (Pairwise-10 MNIST, 40
 rounds, each agent's test accuracy with its peer's views against the same agent without
-them, computed in-process by the daemon's own code) and, with ``--four``, the four-daemon
+them, computed in-process by the daemon's own code) and the four-daemon
 mesh (``peerd demo --mode cordial --nodes 4 --task mnist``, 60 rounds, with views and
-isolated). The tests assert the gap (≥ 5 points); this records what they measured, so that
+isolated; ``--no-four`` skips it). The tests assert the gap (≥ 5 points); this records what they measured, so that
 docs/tasks.md renders its table from a committed output with its provenance rather than
 from copied lines. Needs root and iproute2 (network namespaces; mDNS never leaves them).
 Exit status 1 when a test failed (the JSON keeps its output's tail).
@@ -75,8 +75,8 @@ def four_run() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3, help="runs of the two-agent test")
-    ap.add_argument("--four", action=argparse.BooleanOptionalAction, default=True,
-                    help="also run the four-daemon mesh once")
+    ap.add_argument("--no-four", action="store_true",
+                    help="skip the four-daemon mesh (run once otherwise)")
     ap.add_argument("--json", type=Path, required=True, help="where to write the runs")
     args = ap.parse_args(argv)
     if args.runs < 0:
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         result["runs"].append(pair_run(i))
         print(f"run {i}: {result['runs'][-1].get('pairs')}", file=sys.stderr)
         write()  # a run cut short keeps what it had
-    if args.four:
+    if not args.no_four:
         result["four"] = four_run()
         print(f"four daemons: {result['four']}", file=sys.stderr)
     write()
