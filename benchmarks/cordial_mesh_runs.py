@@ -8,10 +8,10 @@ Each run is one pytest process (``-s -m long``): the two-agent test (Pairwise-10
 rounds, each agent's test accuracy with its peer's views against the same agent without
 them, computed in-process by the daemon's own code) and the four-daemon
 mesh (``peerd demo --mode cordial --nodes 4 --task mnist``, 60 rounds, with views and
-isolated; ``--no-four`` skips it). The tests assert the gap (≥ 5 points); this records what they measured, so that
-docs/tasks.md renders its table from a committed output with its provenance rather than
-from copied lines. Needs root and iproute2 (network namespaces; mDNS never leaves them).
-Exit status 1 when a test failed (the JSON keeps its output's tail).
+isolated; ``--no-four`` skips it). The tests assert the gap (≥ 5 points); this records what
+they measured, so that docs/tasks.md renders its table from a committed output with its
+provenance rather than from copied lines. Needs root and iproute2 (network namespaces; mDNS
+never leaves them). Exit status 1 when a test failed (the JSON keeps its output's tail).
 """
 
 from __future__ import annotations

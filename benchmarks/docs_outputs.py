@@ -337,27 +337,33 @@ def soak_history() -> str:
                    "status polls with no socket", "verdict"], rows)
 
 
-INTEGRATION_RUNS = MESH / "integration-runs.txt"
-_RUN = re.compile(r"^run (\d+) \((\d+) s\): .*?: (\[.*\])$")
+INTEGRATION_RUNS = MESH / "integration-runs.json"
 
 
 def cordial_pairs() -> str:
-    """docs/tasks.md: ``tests/integration/test_cordial.py``'s printed line of each run
-    (docs/results/cordial-mesh/integration-runs.txt): agents 0 and 1 with and without
-    views at round 40."""
-    import ast
-
+    """docs/tasks.md: ``benchmarks.cordial_mesh_runs`` (docs/results/cordial-mesh/
+    integration-runs.json), the two-agent test's agents 0 and 1 with and without views at
+    its last round, per run; then the four-daemon mesh's means."""
+    data = _json(INTEGRATION_RUNS)
     rows = []
-    for line in INTEGRATION_RUNS.read_text().splitlines():
-        m = _RUN.match(line)
-        if m is None:
+    for run in data["runs"]:
+        if "pairs" not in run:  # the test printed nothing: say so, never drop the run
+            rows.append([str(run["run"]), "no result", "no result", "–",
+                         f"{run['wall_s']:.0f} s"])
             continue
-        pairs: list[tuple[float, float]] = ast.literal_eval(m.group(3))
+        pairs = run["pairs"]
         gap = 100 * statistics.fmean(w - wo for w, wo in pairs)
-        rows.append([m.group(1), *(f"{w:.3f} / {wo:.3f}" for w, wo in pairs),
-                     f"{gap:+.1f} points", f"{m.group(2)} s"])
-    return _table(["run", "agent 0 with / without views", "agent 1 with / without views",
-                   "mean gap", "time"], rows)
+        rows.append([str(run["run"]), *(f"{w:.3f} / {wo:.3f}" for w, wo in pairs),
+                     f"{gap:+.1f} points", f"{run['wall_s']:.0f} s"])
+    out = _table(["run", "agent 0 with / without views", "agent 1 with / without views",
+                  "mean gap", "time"], rows)
+    four = data.get("four")
+    if four is not None:
+        out += ("\n\nFour daemons, " + (
+            f"{four['rounds']} rounds: mean test accuracy **{four['with_views']:.3f}** with "
+            f"views against **{four['isolated']:.3f}** isolated ({four['wall_s']:.0f} s, "
+            f"`{four['pytest']}`)." if "with_views" in four else "no result."))
+    return out + "\n\n" + _provenance(data)
 
 
 # ------------------------------------------------------------- docs/integration.md

@@ -21,7 +21,6 @@ from benchmarks.docs_tables import ROOT, DocTable
 NO_PROVENANCE: frozenset[str] = frozenset({
     "docs/reliability/soak-30min-*.json",  # the kept older runs (soak-30min.json has one)
     "docs/reliability/soak-targeted-*.json",
-    "docs/results/cordial-mesh/integration-runs.txt",  # printed lines of pytest -s
 })
 
 

@@ -309,7 +309,7 @@ def _outputs() -> list[DocTable]:
                  lambda: do.cordial_mesh("")),
         DocTable(tasks, "bench", "cordial-mesh-digits", f"{res}/digits-*-n4-r100.json",
                  lambda: do.cordial_mesh("digits-")),
-        DocTable(tasks, "bench", "cordial-pairs", f"{res}/integration-runs.txt",
+        DocTable(tasks, "bench", "cordial-pairs", f"{res}/integration-runs.json",
                  do.cordial_pairs),
         DocTable(DOCS / "transport.md", "bench", "transport-profile",
                  f"{rep}/transport-profile/*.json", do.transport_profile),

@@ -3,6 +3,7 @@ the output says (tests/docs/test_docs_tables.py diffs their renders against the 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -30,16 +31,23 @@ def test_the_restart_column_says_what_the_learner_file_check_said() -> None:
     assert do._restart("something new") == "something new"  # never hidden
 
 
-def test_the_pairs_table_is_computed_from_the_printed_lines(
+def test_the_pairs_table_is_computed_from_the_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = tmp_path / "runs.txt"
-    runs.write_text("# a comment line\n"
-                    "run 1 (100 s): test accuracy at round 40 (with views, without): "
-                    "[(0.7, 0.5), (0.6, 0.6)]\n"
-                    "slow variant (298 s): not a run line\n")
+    runs = tmp_path / "runs.json"
+    provenance = json.loads(do.INTEGRATION_RUNS.read_text())["provenance"]
+    runs.write_text(json.dumps({"runs": [
+        {"run": 1, "wall_s": 100.4, "returncode": 0, "pairs": [[0.7, 0.5], [0.6, 0.6]]},
+        {"run": 2, "wall_s": 50.0, "returncode": 1, "tail": "AssertionError"}],
+        "four": {"wall_s": 9.0, "returncode": 0, "pytest": "python -m pytest", "rounds": 60,
+                 "with_views": 0.9, "isolated": 0.6},
+        "provenance": provenance}))
     monkeypatch.setattr(do, "INTEGRATION_RUNS", runs)
-    rows = do.cordial_pairs().splitlines()[2:]
-    assert rows == ["| 1 | 0.700 / 0.500 | 0.600 / 0.600 | +10.0 points | 100 s |"]
+    lines = do.cordial_pairs().splitlines()
+    # A run that printed nothing stays in the table, said so.
+    assert lines[2:4] == ["| 1 | 0.700 / 0.500 | 0.600 / 0.600 | +10.0 points | 100 s |",
+                          "| 2 | no result | no result | – | 50 s |"]
+    assert "**0.900** with views against **0.600** isolated" in lines[5]
+    assert lines[-1].startswith("Provenance: commit")
 
 
 def test_the_committed_soak_runs_are_all_in_the_history_table() -> None:

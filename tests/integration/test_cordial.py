@@ -8,8 +8,9 @@ and end ``ROUNDS`` rounds with a test accuracy at least ``GAP`` above the same a
 without views. "Without views" is computed here, in-process, by the very code the daemon
 runs (:class:`peerd.learn.cordialround.CordialLearner`) with the same data, seed and
 settings but no peer: until the first view arrives the daemon's round *is* that run, bit for
-bit (checked), so the two differ by the views alone. Measured gaps: 9.3, 15.8 and 8.0 points
-(docs/tasks.md, "Cordial"); 5 is the margin the issue asks of the 4-daemon demo.
+bit (checked), so the two differ by the views alone. The measured gaps are in docs/tasks.md
+("Cordial", from ``benchmarks.cordial_mesh_runs``); 5 is the margin the issue asks of the
+4-daemon demo.
 
 The default run has the smoke (a few rounds: views delivered, used, nothing refused, the
 baseline identical until then); the 40 rounds with the accuracy gap run in-process there
