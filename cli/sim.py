@@ -117,9 +117,10 @@ def sim(
                                      "\\[learning.knowledge] key_dim).")] = 64,
     distill_form: Annotated[str, Opt(help="fedcache: loss form \\[choice]: eq18 (the notes' "
                                           "eq. 18: CE on softmax(f/T) + β·KL(τ(f) ‖ τ(z̄)), T = 1 "
-                                          "by default; measured level with code to convergence, "
-                                          "docs/reproduction.md) or code (CE + β·T²·KL(τ(z̄) ‖ "
-                                          "τ(f)), the paper's code, T = 3 by default).")] = "eq18",
+                                          "by default; to convergence level with code on "
+                                          "FashionMNIST, lower on MNIST: docs/reproduction.md) "
+                                          "or code (CE + β·T²·KL(τ(z̄) ‖ τ(f)), the paper's code, "
+                                          "T = 3 by default).")] = "eq18",
     local_epoch: Annotated[str, Opt(help="fedcache: local epoch rule \\[choice]: client "
                                          "(ceil(n_k / batch) steps, each client its own) or "
                                          "mean (ceil(mean n / batch) for all, the docs' older "

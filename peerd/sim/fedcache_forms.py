@@ -1,8 +1,8 @@
 """What a FedCache run was measured with: loss form, epoch rule, round-1 knowledge, indices.
 
 The paper's forms became the simulator's defaults in issue 28 (:data:`DEFAULT_FORMS`; the
-loss last, eq. 18 at T = 1, once converged runs measured it level with the code's loss;
-docs/reproduction.md); runs written before carry a config without these keys and were
+loss last, eq. 18 at T = 1, once converged runs measured it above isolated training in every
+setting; docs/reproduction.md); runs written before carry a config without these keys and were
 measured with the old forms (:data:`OLD_FORMS`). Pure
 (no torch), so that the docs' renderer can say of each committed run what it measured.
 """
