@@ -125,7 +125,8 @@ def _traffic(run: Run) -> str:
         return "0"
     t = run.data["traffic_bytes"][run.alg]
     if "exchanged" in t:  # over contacts: what the exchanges moved, peer to peer
-        return f"{t['exchanged'] / 1e9:.3f} GB exchanged ({t['entries_moved']:,} entries)"
+        moved = t.get("entries_moved", t.get("models_moved"))  # knowledge entries, or models
+        return f"{t['exchanged'] / 1e9:.3f} GB exchanged ({moved:,} entries)"
     return (f"{t['server_equivalent'] / 1e9:.3f} GB server-eq.; "
             f"{t['gossip_all_to_all'] / 1e9:.1f} GB gossip")
 
