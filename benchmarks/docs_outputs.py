@@ -295,6 +295,7 @@ def transport_profile() -> str:
 #: output records its commit (provenance); for the older ones the label is what the commit
 #: that added the output said it measured.
 SOAKS = (("soak-30min.json", None),
+         ("soak-30min-069eaeb.json", None),
          ("soak-30min-9e18726.json", "9e18726"),
          ("soak-30min-533bb07.json", "533bb07 + mend 9"),
          ("soak-30min-before-reconnect.json", "15fd3e0 (before mend 9)"),
