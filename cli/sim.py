@@ -206,9 +206,9 @@ def sim(
     knowledge = any(n.startswith("fedcache") for n in names)  # fedcache, fedcache-mobility
     # Recorded as resolved: the new spellings, and a knowledge run's model by its name.
     if knowledge and temperature is None:  # the form's T, recorded as the value in force
-        from peerd.core.distill import DEFAULT_TEMPERATURE
+        from peerd.core.distill import temperature_in_force
 
-        temperature = DEFAULT_TEMPERATURE.get(distill_form)  # a bad form: validate says so
+        temperature = temperature_in_force(None, distill_form)  # a bad form: validate says so
     run_started = started(ctx, round_interval_s=round_interval_s, temperature=temperature,
                           model=fedcache_model if knowledge else model)
     _check_engine(engine, address, workers, knowledge=knowledge)

@@ -73,6 +73,12 @@ DISTILL_FORMS: tuple[str, ...] = get_args(DistillForm)
 DEFAULT_TEMPERATURE: dict[str, float] = {"eq18": 1.0, "code": 3.0}
 
 
+def temperature_in_force(temperature: float | None, form: str) -> float:
+    """``temperature``, or ``form``'s default when it is None (NaN for an unknown form, which
+    the form's own check refuses)."""
+    return DEFAULT_TEMPERATURE.get(form, math.nan) if temperature is None else temperature
+
+
 @dataclass(frozen=True, slots=True)
 class Distillation:
     """The local policy of knowledge mode: how strongly and how softly to distil."""
@@ -97,7 +103,7 @@ class Distillation:
     @property
     def t(self) -> float:
         """The temperature in force: the one set, else the form's default."""
-        return DEFAULT_TEMPERATURE[self.form] if self.temperature is None else self.temperature
+        return temperature_in_force(self.temperature, self.form)
 
 
 def kl_rows(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -32,9 +32,6 @@ class PeerCounters:
         """The peer's counters, a fresh entry if it has none."""
         return self._stats[peer_id]
 
-    def __len__(self) -> int:
-        return len(self._stats)
-
     def snapshot(self) -> dict[str, PeerStats]:
         """A copy of every entry (the caller may keep it)."""
         return {p: replace(s) for p, s in self._stats.items()}

@@ -7,11 +7,15 @@ reads them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from peerd.core.distill import DEFAULT_TEMPERATURE, DISTILL_FORMS, Distillation, DistillForm
+from peerd.core.distill import (
+    DISTILL_FORMS,
+    Distillation,
+    DistillForm,
+    temperature_in_force,
+)
 
 KNOWLEDGE_ALGORITHMS = ("fedcache", "isolated", "cached-dfl", "fedcache-mobility")
 MIXED = ("small", "medium", "large")
@@ -52,9 +56,7 @@ class KnowledgeSimConfig:
     @property
     def t(self) -> float:
         """The distillation temperature in force: the one set, else the loss form's."""
-        if self.temperature is not None:
-            return self.temperature
-        return DEFAULT_TEMPERATURE.get(self.distill_form, math.nan)  # a bad form: validate
+        return temperature_in_force(self.temperature, self.distill_form)  # bad form: validate
 
     def validate(self) -> None:
         bad = [a for a in self.algorithms if a not in KNOWLEDGE_ALGORITHMS]
