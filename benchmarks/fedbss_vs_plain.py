@@ -40,14 +40,16 @@ from peerd.sim.runner import SimConfig, run
 OUT = Path("docs/reproduction")
 POLICIES = ("plain", "fedbss")
 SEEDS = (0, 1, 2)
+#: The stem of the full-epoch variant's outputs (``--fedbss-steps 0 --stem fedbss-full``).
+FULL = "fedbss-full"
 
 
 def base_config(agents: int, rounds: int, eval_samples: int, warmup: int,
-                model: str = "mlp") -> SimConfig:
+                model: str = "mlp", fedbss_steps: int = 10) -> SimConfig:
     return SimConfig(dataset="mnist", partition="shards", agents=agents, rounds=rounds,
                      local_steps=10, batch_size=64, lr=0.1, algorithms=("cached-dfl",),
                      capacity=10, tau_max=5.0, eval_samples=eval_samples,
-                     fedbss_warmup_rounds=warmup, fedbss_epochs=10, fedbss_steps=10,
+                     fedbss_warmup_rounds=warmup, fedbss_epochs=10, fedbss_steps=fedbss_steps,
                      model=model)
 
 
@@ -92,13 +94,14 @@ def aggregate(runs: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, A
     return out
 
 
-def runs_from_outputs(out: Path, previous: dict[str, Any]) -> list[dict[str, Any]]:
+def runs_from_outputs(out: Path, previous: dict[str, Any],
+                      stem: str = "fedbss") -> list[dict[str, Any]]:
     """The runs as :func:`one` returned them, read back from the committed per-run CSVs; the
     wall and CPU seconds (not in the CSVs) from the ``previous`` aggregate."""
     runs = []
     for pol in POLICIES:
         for k, seed in enumerate(SEEDS):
-            with (out / "fedbss" / f"{pol}-s{seed}" / "metrics.csv").open() as f:
+            with (out / stem / f"{pol}-s{seed}" / "metrics.csv").open() as f:
                 rows = [r for r in csv.DictReader(f) if r["algorithm"] == "cached-dfl"]
             runs.append({"policy": pol, "seed": seed,
                          "wall_seconds": previous["policies"][pol]["wall_seconds"][k],
@@ -171,8 +174,8 @@ def seeds_table(agg: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _committed() -> dict[str, Any]:
-    return dict(json.loads((OUT / "fedbss-vs-plain.json").read_text()))
+def _committed(stem: str = "fedbss") -> dict[str, Any]:
+    return dict(json.loads((OUT / f"{stem}-vs-plain.json").read_text()))
 
 
 #: docs/reproduction.md's FedBSS tables, from the committed aggregate (the report's Outputs
@@ -195,25 +198,33 @@ def main() -> None:
                     help="print the docs' tables from the committed JSON; run nothing")
     ap.add_argument("--reaggregate", action="store_true",
                     help="rebuild the aggregate JSON from the per-run CSVs there; run nothing")
+    ap.add_argument("--fedbss-steps", type=int, default=10,
+                    help="FedBSS's SGD steps a round, spread over its epochs (0: the lecture's "
+                         "full epochs, as many steps as its admitted samples take)")
+    ap.add_argument("--stem", default="fedbss",
+                    help="outputs: OUT/STEM/<policy>-s<seed>/ and OUT/STEM-vs-plain.{json,png}")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.table:
-        agg = json.loads((args.out / "fedbss-vs-plain.json").read_text())
+        agg = json.loads((args.out / f"{args.stem}-vs-plain.json").read_text())
         print(rounds_table(agg) + "\n" + seeds_table(agg), end="")
         return
     if args.reaggregate:
-        path = args.out / "fedbss-vs-plain.json"
+        path = args.out / f"{args.stem}-vs-plain.json"
         previous = json.loads(path.read_text())
-        agg = aggregate(runs_from_outputs(args.out, previous), previous["config"])
+        agg = aggregate(runs_from_outputs(args.out, previous, args.stem), previous["config"])
+        if "provenance" in previous:  # the run's record, not this re-aggregation's
+            agg["provenance"] = previous["provenance"]
         path.write_text(json.dumps(agg, indent=1) + "\n")
-        plot(agg, args.out / "fedbss-vs-plain.png")
+        plot(agg, args.out / f"{args.stem}-vs-plain.png")
         return
     if args.quick:
         args.agents, args.rounds, args.eval_samples, args.warmup = 4, 3, 200, 1
         args.out = Path("/tmp/fedbss-vs-plain")
     started = _provenance.start(ap, args)
-    cfg = base_config(args.agents, args.rounds, args.eval_samples, args.warmup)
-    todo = [(replace(cfg, local_policy=pol, seed=seed), args.out / "fedbss" / f"{pol}-s{seed}")
+    cfg = base_config(args.agents, args.rounds, args.eval_samples, args.warmup,
+                      fedbss_steps=args.fedbss_steps)
+    todo = [(replace(cfg, local_policy=pol, seed=seed), args.out / args.stem / f"{pol}-s{seed}")
             for seed in SEEDS for pol in POLICIES]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         runs = list(pool.map(one, *zip(*todo, strict=True)))
@@ -222,8 +233,8 @@ def main() -> None:
               f"wall {r['wall_seconds']} s, cpu {r['cpu_seconds']} s", flush=True)
     agg = aggregate(runs, cfg.to_json())
     agg["provenance"] = started.record()
-    (args.out / "fedbss-vs-plain.json").write_text(json.dumps(agg, indent=1) + "\n")
-    plot(agg, args.out / "fedbss-vs-plain.png")
+    (args.out / f"{args.stem}-vs-plain.json").write_text(json.dumps(agg, indent=1) + "\n")
+    plot(agg, args.out / f"{args.stem}-vs-plain.png")
 
 
 if __name__ == "__main__":
