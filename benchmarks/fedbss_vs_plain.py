@@ -183,6 +183,9 @@ def _committed(stem: str = "fedbss") -> dict[str, Any]:
 TABLES: dict[str, Callable[[Outputs], str]] = {
     "fedbss-rounds": lambda _o: rounds_table(_committed()),
     "fedbss-seeds": lambda _o: seeds_table(_committed()),
+    # The lecture's full E epochs a round (``--fedbss-steps 0``), not step-matched.
+    "fedbss-full-rounds": lambda _o: rounds_table(_committed(FULL)),
+    "fedbss-full-seeds": lambda _o: seeds_table(_committed(FULL)),
 }
 
 
